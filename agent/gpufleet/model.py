@@ -1,0 +1,313 @@
+"""Frozen dataclasses that cross module boundaries.
+
+Everything here is plain data: no I/O, no imports of other gpufleet modules. JSON output is
+`to_jsonable(obj)` of these objects (dataclasses become dicts, tuples become lists).
+A fact that could not be read is `None`, and the reason is recorded in `Facts.errors[<family>]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+REPORT_SCHEMA = "gpufleet.report/v1"
+FACTS_SCHEMA = "gpufleet.facts/v1"
+
+HostStatus = Literal[
+    "ok", "unreachable", "auth_failed", "hostkey_mismatch", "timeout", "busy", "error"
+]
+Severity = Literal["error", "warning", "info"]
+SEVERITY_ORDER: Mapping[str, int] = {"info": 0, "warning": 1, "error": 2}
+
+
+# --------------------------------------------------------------------------- inventory
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """Desired state from inventory variables (role-prefixed names, see DESIGN.md).
+
+    None means "not set": rules then compare with peers instead of skipping.
+    """
+
+    driver_version: str | None = None  # nvidia_driver_version (exact)
+    driver_branch: str | None = None  # nvidia_driver_branch ("580")
+    kernel_modules: str | None = None  # nvidia_driver_kernel_modules: open|proprietary|auto
+    toolkit_version: str | None = None  # nvidia_container_toolkit_version
+    container_engine: str | None = None  # container_runtime_engine: docker|containerd
+    pytorch_image: str | None = None  # repo:tag
+    pytorch_image_digest: str | None = None  # sha256:...
+    gpu_count: int | None = None  # gpufleet_expected_gpu_count
+    smoke_runtime: str | None = None  # gpufleet_smoke_runtime: docker|host (None = auto)
+    smoke_python: str = "python3"  # gpufleet_smoke_python
+    min_busbw_gbps: float | None = None  # gpufleet_min_busbw_gbps
+    mig_expected: bool = False  # gpufleet_mig_expected
+    smoke_address: str | None = None  # gpufleet_smoke_address (multinode rendezvous address)
+    smoke_interface: str | None = None  # gpufleet_smoke_interface (NCCL/GLOO_SOCKET_IFNAME)
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """One inventory host, with the connection settings Ansible users already write."""
+
+    name: str
+    address: str  # ansible_host, else the inventory name
+    connection: Literal["ssh", "local"] = "ssh"
+    port: int | None = None  # None: ~/.ssh/config or 22
+    user: str | None = None
+    key_files: tuple[str, ...] = ()
+    proxy_jump: str | None = None  # "user@host:port[,more]" as OpenSSH's -J
+    known_hosts_files: tuple[str, ...] = ()  # extra UserKnownHostsFile from ssh args
+    strict_host_key_checking: bool = True
+    become: bool = False
+    become_user: str | None = None
+    groups: tuple[str, ...] = ()
+    expect: Expectations = field(default_factory=Expectations)
+
+
+# --------------------------------------------------------------------------- transport
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    rc: int | None  # None when killed by timeout or the channel closed without status
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+
+# --------------------------------------------------------------------------- facts
+
+
+@dataclass(frozen=True)
+class OsInfo:
+    id: str | None = None  # os-release ID
+    version_id: str | None = None
+    pretty_name: str | None = None
+    kernel: str | None = None  # uname -r
+    arch: str | None = None  # uname -m
+
+
+@dataclass(frozen=True)
+class DriverInfo:
+    version: str | None = None  # userspace (nvidia-smi / NVML)
+    kernel_module_version: str | None = None  # /proc/driver/nvidia/version
+    kernel_module_flavor: str | None = None  # "open" | "proprietary"
+    cuda_version: str | None = None  # max CUDA the driver supports, "13.0"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    bus_id: str | None = None
+    serial: str | None = None
+    memory_total_mib: int | None = None
+    vbios: str | None = None
+    persistence_mode: bool | None = None
+    mig_mode: str | None = None  # "Enabled" | "Disabled" | None (N/A)
+    ecc_mode: str | None = None
+    ecc_uncorrected_volatile: int | None = None
+    ecc_uncorrected_aggregate: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failed: bool | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+    compute_cap: str | None = None  # "9.0"
+    throttle_reasons: tuple[str, ...] = ()  # decoded active reasons, e.g. ("gpu_idle",)
+    throttle_mask: str | None = None  # raw "0x0000000000000001"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """`nvidia-smi topo -m` parsed. links[a][b] is "X", "NV18", "SYS", "PIX", …"""
+
+    devices: tuple[str, ...] = ()  # column order: "GPU0", "GPU1", "NIC0", …
+    links: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    cpu_affinity: Mapping[str, str] = field(default_factory=dict)  # "GPU0" -> "0-31"
+    numa_affinity: Mapping[str, str] = field(default_factory=dict)  # "GPU0" -> "0"
+    nics: Mapping[str, str] = field(default_factory=dict)  # "NIC0" -> "mlx5_0"
+
+
+@dataclass(frozen=True)
+class NvLink:
+    link: int
+    active: bool
+    speed_gbps: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuNvLinks:
+    gpu_index: int
+    links: tuple[NvLink, ...] = ()
+
+
+@dataclass(frozen=True)
+class FabricInfo:
+    """NVSwitch fabric: per-GPU state from `nvidia-smi -q` plus the fabric manager service."""
+
+    gpu_states: Mapping[int, str] = field(default_factory=dict)  # index -> "Completed" | "In Progress" | "N/A"
+    gpu_status: Mapping[int, str] = field(default_factory=dict)  # index -> "Success" | error text
+    manager_running: bool | None = None  # None: not applicable / unknown
+    nvswitch_count: int = 0
+
+
+@dataclass(frozen=True)
+class DockerInfo:
+    server_version: str | None = None
+    runtimes: tuple[str, ...] = ()
+    default_runtime: str | None = None
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    ref: str | None = None  # the host's pytorch_image
+    digests: tuple[str, ...] = ()  # RepoDigests present locally ("repo@sha256:…")
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    xid: int
+    timestamp: str | None  # as the kernel log gave it (ISO if known, else "[  12.34]")
+    bus_id: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    gpu_uuid: str | None = None
+    used_memory_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class Facts:
+    schema: str = FACTS_SCHEMA
+    collected_at: str | None = None  # ISO 8601 UTC on the controller
+    os: OsInfo = field(default_factory=OsInfo)
+    driver: DriverInfo = field(default_factory=DriverInfo)
+    gpus: tuple[Gpu, ...] = ()
+    topology: Topology | None = None
+    nvlink: tuple[GpuNvLinks, ...] = ()
+    fabric: FabricInfo | None = None
+    toolkit_version: str | None = None
+    docker: DockerInfo | None = None
+    containerd_version: str | None = None
+    image: ImageInfo | None = None
+    nccl_system_version: str | None = None  # "2.28.3" from the system libnccl
+    xid_events: tuple[XidEvent, ...] = ()
+    gpu_processes: tuple[GpuProcess, ...] = ()
+    # family -> reason, e.g. {"nvidia_smi": "nvidia-smi: not found"}; "hung" reasons say so
+    errors: Mapping[str, str] = field(default_factory=dict)
+    probe_duration_s: float | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+
+# --------------------------------------------------------------------------- smoke
+
+SmokeStatus = Literal["pass", "fail", "error", "timeout", "busy", "skipped"]
+
+
+@dataclass(frozen=True)
+class SmokeCheck:
+    name: str  # "versions", "device_count", "matmul", "allreduce_exact", "ddp", "amp", "busbw"
+    passed: bool
+    detail: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    host: str | None = None
+    local_rank: int = 0
+    torch: str | None = None
+    cuda: str | None = None
+    cudnn: str | None = None
+    nccl: str | None = None  # "2.28.9"
+    device: str | None = None  # "cuda:0" | "cpu"
+    device_name: str | None = None
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    status: SmokeStatus
+    level: str = "quick"
+    backend: str | None = None  # "nccl" | "gloo"
+    world_size: int = 0
+    device_count: int | None = None
+    ranks: tuple[RankInfo, ...] = ()
+    checks: tuple[SmokeCheck, ...] = ()
+    busbw_gbps: Mapping[int, float] = field(default_factory=dict)  # message bytes -> GB/s
+    matmul_tflops: Mapping[int, float] = field(default_factory=dict)  # local rank -> TFLOP/s
+    timings_s: Mapping[str, float] = field(default_factory=dict)
+    hung_ranks: tuple[int, ...] = ()
+    error: str | None = None
+    hosts: tuple[str, ...] = ()  # multinode: the hosts of the world
+    log_tail: str | None = None
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class HostResult:
+    name: str
+    status: HostStatus
+    error: str | None = None
+    facts: Facts | None = None
+    smoke: SmokeResult | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # "GF101"; ids never change meaning
+    severity: Severity
+    hosts: tuple[str, ...]
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    remediation: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    hosts: Mapping[str, HostResult]
+    findings: tuple[Finding, ...] = ()
+    specs: Mapping[str, HostSpec] = field(default_factory=dict)  # not serialised
+    generated_at: str | None = None
+    level: str = "facts"
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    schema: str = REPORT_SCHEMA
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses → dicts, tuples → lists, mapping keys → str, enums → values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {
+            f.name: to_jsonable(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if not (isinstance(obj, Report) and f.name == "specs")
+        }
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    return obj

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets up gpufleet on a fresh Debian/Ubuntu machine as root: system packages, a venv in .venv
+# with the agent and its test extras (torch CPU build pinned), idempotent and quiet.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+need=()
+for pkg in python3 python3-venv python3-pip openssh-server openssh-client debootstrap iproute2 procps \
+           util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+PY=${GPUFLEET_PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -e '.[test]'
