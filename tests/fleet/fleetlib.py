@@ -1,0 +1,550 @@
+"""The real-sshd test fleet: one OpenSSH `sshd` per simulated host on 127.0.0.N:22.
+
+Each daemon runs in its own mount namespace (`unshare --mount --propagation private`) where the
+host profile's GPU-facing pieces are mounted (tests/fleet/README.md has the profile contract), with
+its own ed25519 host key. The client key, known_hosts, inventory and a throwaway HOME are made per
+fleet, so the developer's ~/.ssh is never read or written. Every daemon is stopped by PID when the
+fleet closes: on success, on failure, on KeyboardInterrupt, at interpreter exit (atexit), and, if
+this process is killed outright, by the kernel (PR_SET_PDEATHSIG).
+
+Used by tests/fleet/conftest.py (the `fleet` fixture) and benchmarks/sweep.py (the 32-host sweep).
+Needs root (mount namespaces, binding port 22) and /usr/sbin/sshd.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import pwd
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+# GPUFLEET_FLEET_PROFILES points the fleet at another profiles tree (e.g. while writing a profile).
+PROFILES_DIR = Path(os.environ.get("GPUFLEET_FLEET_PROFILES", REPO / "tests/fleet/profiles"))
+SSHD = "/usr/sbin/sshd"
+# First directory on root's PATH in a Debian sshd session (the compiled-in superuser PATH, once
+# root's ~/.bashrc is masked, see _namespace_script); a profile's bin/ is mounted here.
+PROFILE_BIN_TARGET = "/usr/local/sbin"
+# 127.0.0.1 is left alone; the rest of 127/8 routes to lo on Linux without configuration.
+ADDRESS_POOL = tuple(f"127.0.0.{n}" for n in range(2, 61))
+# Cross-process reservations, so two test runs on one machine never share an address.
+RESERVATIONS = Path("/tmp/gpufleet-fleet-addresses")
+FAULTS = ("down", "badkey", "noauth", "noresolve")
+NORESOLVE_ADDRESS = "noresolve.gpufleet.invalid"  # RFC 6761: .invalid never resolves
+CPU_PROFILE = "no-nvidia-smi"
+
+# Desired state that matches the healthy profile (h200x2), as group vars of `gpu`.
+# Values from tests/fleet/profiles/README.md (helper B) and the real capture in tests/fixtures/.
+DESIRED_STATE: dict[str, Any] = {
+    "nvidia_driver_version": "580.159.04",
+    "nvidia_container_toolkit_version": "1.19.1",
+    "container_runtime_engine": "docker",
+    "pytorch_image": "nvcr.io/nvidia/pytorch:25.10-py3",
+    "pytorch_image_digest": (
+        "sha256:5e1f0f0c1a7bd7c5e5c9a3f8f1b1f1e8f7d3f2a9f4d6c3b2a1908f7e6d5c4b3a"
+    ),
+}
+
+# The default session fleet: every GPU profile once, h200x2 three times (peers), two CPU hosts.
+GPU_PROFILES = (
+    "h200x2", "h200x8", "driver-drift", "nvml-mismatch", "nvidia-smi-hang", "ecc-remap", "xid",
+    "pcie-degraded", "nvlink-down", "persistence-off", "old-toolkit", "wrong-digest", "busy",
+    "fabric-incomplete", "gpu-missing",
+)  # fmt: skip
+SESSION_HOSTS: tuple[tuple[str, str], ...] = (
+    ("h200x2-1", "h200x2"),
+    ("h200x2-2", "h200x2"),
+    ("h200x2-3", "h200x2"),
+    *((p, p) for p in GPU_PROFILES if p != "h200x2"),
+    ("cpu-1", CPU_PROFILE),
+    ("cpu-2", CPU_PROFILE),
+)
+
+_PR_SET_PDEATHSIG = 1
+
+
+class FleetError(RuntimeError):
+    """The fleet itself could not be set up (not a finding about a simulated host)."""
+
+
+@dataclass
+class FleetHost:
+    name: str
+    address: str
+    profile: str | None
+    pid: int | None = None  # the sshd listener; None while stopped (and always for down/noresolve)
+    host_key_pub: str = ""  # "ssh-ed25519 AAAA…" this daemon serves
+    fault: str | None = None  # one of FAULTS, or None for a healthy connection
+    group: str = "gpu"
+    config: Path = field(default=Path())
+    log: Path = field(default=Path())
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA256 fingerprint of the served host key, as `ssh-keygen -l` prints it."""
+        out = subprocess.run(
+            ["ssh-keygen", "-l", "-f", "-"],
+            input=self.host_key_pub, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        return out.split()[1]
+
+
+class Fleet:
+    """A running fleet. Close it (or use make_fleet) to stop every daemon."""
+
+    def __init__(self, root: Path, profiles_dir: Path) -> None:
+        self.root = root
+        self.profiles_dir = profiles_dir
+        self.hosts: dict[str, FleetHost] = {}
+        self.inventory = root / "inventory.yml"
+        self.known_hosts = root / "known_hosts"
+        self.client_key = root / "client_ed25519"
+        self.home = root / "home"
+        self.env: dict[str, str] = {}
+        self._reserved: list[str] = []
+        self._closed = False
+
+    # ------------------------------------------------------------------ running things
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 120.0, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a controller-side command with the fleet's env (temp HOME), cwd = fleet root."""
+        return subprocess.run(
+            list(argv), env=self.env, cwd=self.root, capture_output=True, text=True,
+            timeout=timeout, input=input, check=False,
+        )  # fmt: skip
+
+    def run_cli(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """`python -m gpufleet ARGS` with the interpreter running the tests."""
+        return self.run([sys.executable, "-m", "gpufleet", *args], timeout=timeout)
+
+    def ssh_argv(self, name: str, *remote: str) -> list[str]:
+        """Plain OpenSSH argv for one host, strict host key checking against the fleet's file."""
+        h = self.hosts[name]
+        return [
+            "ssh", "-F", "none", "-i", str(self.client_key), "-o", "BatchMode=yes",
+            "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+            "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "ConnectTimeout=5",
+            f"root@{h.address}", *remote,
+        ]  # fmt: skip
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        try:
+            text = self.hosts[name].log.read_text(errors="replace")
+        except OSError:
+            return "(no sshd log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    # ------------------------------------------------------------------ daemons
+
+    def start(self, name: str, *, timeout: float = 10.0) -> None:
+        """(Re)start one host's sshd and wait until it accepts TCP."""
+        self._spawn([self.hosts[name]])
+        self._wait_ready([self.hosts[name]], timeout)
+
+    def stop(self, name: str) -> None:
+        """Kill one host's sshd listener and its live sessions, by PID, as a host going down."""
+        self._kill([self.hosts[name]])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._kill(list(self.hosts.values()))
+        finally:
+            _release(self._reserved)
+            _LIVE.discard(self)
+
+    def _spawn(self, hosts: Sequence[FleetHost]) -> None:
+        for h in hosts:
+            if h.pid is not None or h.fault in ("down", "noresolve"):
+                continue
+            log = h.log.open("ab")
+            try:
+                h.proc = subprocess.Popen(
+                    ["unshare", "--mount", "--propagation", "private",
+                     "sh", "-c", self._namespace_script(h)],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, preexec_fn=_die_with_parent,
+                )  # fmt: skip
+            finally:
+                log.close()
+            # unshare and sh exec in place, so this PID ends up being sshd itself.
+            h.pid = h.proc.pid
+
+    def _namespace_script(self, h: FleetHost) -> str:
+        q = shlex.quote
+        steps = ["set -e"]
+        # Root's ~/.bashrc here runs pyenv init on every session: it would put pyenv shims before
+        # the profile's bin on PATH and cost ~150 ms per command. A real GPU server has neither.
+        bashrc = Path(pwd.getpwnam("root").pw_dir) / ".bashrc"
+        if bashrc.exists():
+            steps.append(f"mount --bind {q(str(self.root / 'empty'))} {q(str(bashrc))}")
+        if h.profile is not None:
+            prof = self.profiles_dir / h.profile
+            if (prof / "bin").is_dir():
+                steps.append(f"mount --bind {q(str(prof / 'bin'))} {PROFILE_BIN_TARGET}")
+            # Always hide the machine's own /proc/driver, so a profile without a driver is one.
+            steps.append("mount -t tmpfs -o mode=0755 gpufleet-proc-driver /proc/driver")
+            if (prof / "proc_driver_nvidia").is_dir():
+                steps.append(f"cp -R {q(str(prof / 'proc_driver_nvidia'))} /proc/driver/nvidia")
+        steps.append(f"exec {SSHD} -D -e -f {q(str(h.config))}")
+        return "\n".join(steps)
+
+    def _wait_ready(self, hosts: Sequence[FleetHost], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = [h for h in hosts if h.proc is not None]
+        while pending:
+            for h in list(pending):
+                assert h.proc is not None
+                if h.proc.poll() is not None:
+                    h.pid = None
+                    raise FleetError(
+                        f"sshd for {h.name} ({h.address}) exited with {h.proc.returncode}; "
+                        f"log {h.log}:\n{self.log_tail(h.name)}"
+                    )
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection((h.address, 22), timeout=0.5),
+                ):
+                    pending.remove(h)
+            if pending and time.monotonic() > deadline:
+                names = ", ".join(f"{h.name} ({h.address})" for h in pending)
+                tails = "\n".join(f"--- {h.name}\n{self.log_tail(h.name)}" for h in pending)
+                raise FleetError(f"sshd did not accept TCP within {timeout}s: {names}\n{tails}")
+            if pending:
+                time.sleep(0.02)
+
+    def _kill(self, hosts: Sequence[FleetHost]) -> None:
+        victims: list[int] = []
+        for h in hosts:
+            if h.pid is None:
+                continue
+            # Sessions (e.g. a hung nvidia-smi stand-in) outlive the listener unless killed too.
+            victims += [h.pid, *_descendants(h.pid)]
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3.0
+        for h in hosts:
+            if h.proc is not None:
+                try:
+                    h.proc.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    h.proc.kill()
+                    h.proc.wait()
+            h.pid, h.proc = None, None
+        for pid in victims:  # sessions are not our children: SIGKILL whatever ignored SIGTERM
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+_LIVE: set[Fleet] = set()
+
+
+@atexit.register
+def _close_all() -> None:
+    for f in list(_LIVE):
+        f.close()
+
+
+def _die_with_parent() -> None:
+    # If the test process is killed (SIGKILL, OOM), the kernel sends sshd SIGTERM. Note: the signal
+    # follows the *thread* that spawned sshd, so fleets must be made on a long-lived thread.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # The comm field may contain spaces and parentheses; ppid follows the last ')'.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+# ---------------------------------------------------------------------- address reservations
+
+
+def _owner_alive(path: Path) -> bool:
+    try:
+        pid = int(path.read_text().strip() or "0")
+        os.kill(pid, 0)
+    except (OSError, ValueError) as e:
+        return isinstance(e, PermissionError)
+    return True
+
+
+def _port_free(address: str) -> bool:
+    with socket.socket() as s:
+        # SO_REUSEADDR: TIME_WAIT leftovers from an earlier fleet must not count as "in use".
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, 22))
+        except OSError as e:
+            if e.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
+                return False
+            raise
+    return True
+
+
+def _reserve(count: int) -> list[str]:
+    RESERVATIONS.mkdir(mode=0o755, exist_ok=True)
+    with (RESERVATIONS / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        got: list[str] = []
+        for address in ADDRESS_POOL:
+            mark = RESERVATIONS / address
+            if mark.exists() and _owner_alive(mark):
+                continue
+            if not _port_free(address):
+                continue
+            mark.write_text(str(os.getpid()))
+            got.append(address)
+            if len(got) == count:
+                return got
+        _release(got)
+    raise FleetError(
+        f"need {count} free addresses in 127.0.0.2-60 port 22, found {len(got)} "
+        f"(reservations in {RESERVATIONS}; another test run or sshd holds the rest)"
+    )
+
+
+def _release(addresses: Sequence[str]) -> None:
+    for a in addresses:
+        mark = RESERVATIONS / a
+        with contextlib.suppress(OSError):
+            if mark.read_text().strip() == str(os.getpid()):
+                mark.unlink()
+
+
+# ---------------------------------------------------------------------- building a fleet
+
+
+def _keygen(path: Path, comment: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _sshd_config(h: FleetHost, host_key: Path, authorized_keys: Path) -> str:
+    return f"""\
+ListenAddress {h.address}:22
+HostKey {host_key}
+PidFile none
+AuthorizedKeysFile {authorized_keys}
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+PermitUserRC no
+PrintMotd no
+X11Forwarding no
+AcceptEnv LANG LC_*
+MaxStartups 100:30:200
+Subsystem sftp internal-sftp
+"""
+
+
+def _default_group(profile: str | None) -> str:
+    return "cpu" if profile == CPU_PROFILE else "gpu"
+
+
+def build_fleet(
+    root: Path,
+    hosts: Sequence[tuple[str, str | None]],
+    *,
+    faults: bool = False,
+    groups: Mapping[str, str] | None = None,
+    group_vars: Mapping[str, Mapping[str, Any]] | None = None,
+    host_vars: Mapping[str, Mapping[str, Any]] | None = None,
+    profiles_dir: Path | None = None,
+    start_timeout: float = 10.0,
+) -> Fleet:
+    """Create and start a fleet under root. The caller must close() it; prefer make_fleet."""
+    if os.geteuid() != 0:
+        raise FleetError("the sshd test fleet needs root (mount namespaces, port 22)")
+    if not Path(SSHD).exists():
+        raise FleetError(f"{SSHD} missing: install openssh-server (scripts/setup.sh does)")
+    profiles_dir = profiles_dir or PROFILES_DIR
+    missing = sorted({p for _, p in hosts if p is not None and not (profiles_dir / p).is_dir()})
+    if missing:
+        raise FleetError(f"host profiles missing under {profiles_dir}: {', '.join(missing)}")
+    names = [n for n, _ in hosts] + (list(FAULTS) if faults else [])
+    if len(set(names)) != len(names):
+        raise FleetError(f"duplicate host names in {names}")
+
+    root.mkdir(parents=True, exist_ok=True)
+    fleet = Fleet(root, profiles_dir)
+    _LIVE.add(fleet)
+    try:
+        _populate(fleet, hosts, faults, groups or {}, group_vars, host_vars or {}, start_timeout)
+    except BaseException:
+        fleet.close()
+        raise
+    return fleet
+
+
+def _populate(
+    fleet: Fleet,
+    hosts: Sequence[tuple[str, str | None]],
+    faults: bool,
+    groups: Mapping[str, str],
+    group_vars: Mapping[str, Mapping[str, Any]] | None,
+    host_vars: Mapping[str, Mapping[str, Any]],
+    start_timeout: float,
+) -> None:
+    root = fleet.root
+    for d in ("keys", "sshd", "home"):
+        (root / d).mkdir(exist_ok=True)
+    (root / "empty").write_text("")
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+
+    specs: list[FleetHost] = [
+        FleetHost(n, "", p, group=groups.get(n, _default_group(p))) for n, p in hosts
+    ]
+    if faults:
+        specs += [FleetHost(f, "", None, fault=f, group=groups.get(f, "faulty")) for f in FAULTS]
+    need = sum(1 for h in specs if h.fault != "noresolve")
+    fleet._reserved = _reserve(need)
+    addresses = iter(fleet._reserved)
+    for h in specs:
+        h.address = NORESOLVE_ADDRESS if h.fault == "noresolve" else next(addresses)
+        h.config = root / "sshd" / f"{h.name}.conf"
+        h.log = root / "sshd" / f"{h.name}.log"
+        fleet.hosts[h.name] = h
+
+    keys = root / "keys"
+    jobs = [_keygen(fleet.client_key, "gpufleet-test-client"), _keygen(keys / "stranger", "other")]
+    jobs += [_keygen(keys / h.name, f"host-{h.name}") for h in specs if h.fault != "noresolve"]
+    for j in jobs:
+        _, err = j.communicate()
+        if j.returncode != 0:
+            raise FleetError(f"ssh-keygen failed: {err.decode(errors='replace')}")
+
+    client_pub = fleet.client_key.with_suffix(".pub").read_text()
+    stranger_pub = (keys / "stranger.pub").read_text()
+    known: list[str] = []
+    for h in specs:
+        if h.fault == "noresolve":
+            continue
+        h.host_key_pub = " ".join((keys / f"{h.name}.pub").read_text().split()[:2])
+        authorized = keys / f"{h.name}.authorized_keys"
+        authorized.write_text(stranger_pub if h.fault == "noauth" else client_pub)
+        h.config.write_text(_sshd_config(h, keys / h.name, authorized))
+        served = h.host_key_pub
+        if h.fault == "badkey":  # the client expects another key than the one this host serves
+            served = " ".join(stranger_pub.split()[:2])
+        known.append(f"{h.address} {served}\n")
+    fleet.known_hosts.write_text("".join(known))
+
+    fleet.env = _controller_env(fleet.home)
+    _write_inventory(fleet, group_vars, host_vars)
+
+    fleet._spawn(specs)
+    fleet._wait_ready([h for h in specs if h.proc is not None], start_timeout)
+
+
+def _controller_env(home: Path) -> dict[str, str]:
+    # Drop the developer's agent and ansible settings: the fleet's key and files are the only ones.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SSH_", "ANSIBLE_", "PYTEST_"))}
+    venv_bin = str(Path(sys.executable).parent)
+    env.update(
+        HOME=str(home),
+        PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        PYTHONPATH=str(REPO / "agent"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_HOST_KEY_CHECKING="True",
+        ANSIBLE_RETRY_FILES_ENABLED="False",
+    )
+    return env
+
+
+def _write_inventory(
+    fleet: Fleet,
+    group_vars: Mapping[str, Mapping[str, Any]] | None,
+    host_vars: Mapping[str, Mapping[str, Any]],
+) -> None:
+    gvars: dict[str, Mapping[str, Any]] = {"gpu": DESIRED_STATE}
+    if group_vars is not None:
+        gvars = dict(group_vars)
+    children: dict[str, dict[str, Any]] = {}
+    for h in fleet.hosts.values():
+        group = children.setdefault(h.group, {"hosts": {}})
+        hv: dict[str, Any] = {"ansible_host": h.address}
+        if h.profile is not None:
+            hv["gpufleet_test_profile"] = h.profile  # for humans reading a report; unused by tools
+        hv.update(host_vars.get(h.name, {}))
+        group["hosts"][h.name] = hv
+    for g, v in gvars.items():
+        if g in children and v:
+            children[g]["vars"] = dict(v)
+    doc = {
+        "all": {
+            "vars": {
+                "ansible_user": "root",
+                "ansible_ssh_private_key_file": str(fleet.client_key),
+                "ansible_ssh_common_args": f"-o UserKnownHostsFile={fleet.known_hosts}",
+                "ansible_python_interpreter": "/usr/bin/python3",
+                "gpufleet_smoke_runtime": "host",
+                "gpufleet_smoke_python": sys.executable,
+                **dict(gvars.get("all", {})),
+            },
+            "children": children,
+        }
+    }
+    fleet.inventory.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@contextlib.contextmanager
+def make_fleet(
+    tmp_path: Path,
+    hosts: Sequence[tuple[str, str | None]],
+    **kwargs: Any,
+) -> Iterator[Fleet]:
+    """Context manager around build_fleet: every daemon is stopped by PID on exit, whatever happens.
+
+    hosts: (name, profile) pairs; profile None = plain sshd (no GPU pieces). Keyword arguments:
+    faults=True adds down/badkey/noauth/noresolve in group `faulty`; groups={name: group}
+    overrides the default group (`cpu` for profile no-nvidia-smi, else `gpu`);
+    group_vars={group: vars} replaces the default {"gpu": DESIRED_STATE} ("all" merges into
+    all.vars); host_vars={name: vars}; profiles_dir; start_timeout.
+    """
+    fleet = build_fleet(tmp_path, hosts, **kwargs)
+    try:
+        yield fleet
+    finally:
+        fleet.close()
