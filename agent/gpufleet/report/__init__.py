@@ -1,1 +1,45 @@
+"""Report renderers, one module per format, chosen by `Format`.
 
+Every renderer turns the report's JSON document (`common.document`: the v1 contract, secrets
+redacted) into text, so a saved JSON report renders exactly like a live one (`render_doc`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.model import Report
+from gpufleet.report import html, jsonfmt, junit, markdown, prometheus, table
+from gpufleet.report.common import document, exit_code, redact, summarize, summarize_doc
+
+__all__ = ["Format", "document", "exit_code", "redact", "render", "render_doc", "summarize"]
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    json = "json"
+    junit = "junit"
+    prometheus = "prometheus"
+    markdown = "markdown"
+    html = "html"
+
+
+def render_doc(doc: Mapping[str, Any], fmt: Format | str, *, color: bool = False,
+               width: int = 120) -> str:
+    """Render a report JSON document (e.g. one read back from `--format json` output)."""
+    fmt = Format(fmt)
+    if not doc.get("summary"):
+        doc = {**doc, "summary": summarize_doc(doc)}
+    if fmt is Format.table:
+        return table.render(doc, color=color, width=width)
+    renderers = {Format.json: jsonfmt.render, Format.junit: junit.render,
+                 Format.prometheus: prometheus.render, Format.markdown: markdown.render,
+                 Format.html: html.render}
+    return renderers[fmt](doc)
+
+
+def render(report: Report, fmt: Format | str, *, color: bool = False, width: int = 120) -> str:
+    """The report in `fmt`. `color` only affects the table (pass sys.stdout.isatty())."""
+    return render_doc(document(report), fmt, color=color, width=width)

@@ -1,1 +1,35 @@
+"""Rules: pure functions of the report's facts, smoke results and inventory expectations.
 
+`evaluate(report)` returns the findings sorted by severity (worst first), rule id and hosts.
+Rule ids (RULES) never change meaning; docs/rules.md documents each one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from gpufleet.model import SEVERITY_ORDER, Finding, Report
+from gpufleet.rules import compat, desired, drift, hardware, perf, smoke, state
+from gpufleet.rules.base import Ctx
+from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
+
+__all__ = ["FAMILIES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
+
+_MODULES = (state, desired, drift, compat, hardware, perf, smoke)
+
+
+def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:
+    return tuple(
+        sorted(findings, key=lambda f: (-SEVERITY_ORDER[f.severity], f.rule, f.hosts, f.message))
+    )
+
+
+def evaluate(report: Report, *, now: datetime | None = None) -> tuple[Finding, ...]:
+    """All findings for `report`; `now` decides time windows (XIDs, end-of-life dates)."""
+    ctx = Ctx(report=report, now=now or datetime.now(timezone.utc))
+    found: list[Finding] = []
+    for module in _MODULES:
+        for f in module.check(ctx):
+            if f not in found:
+                found.append(f)
+    return sort_findings(found)

@@ -1,0 +1,11 @@
+"""The versioned JSON report (schema gpufleet.report/v1, docs/schema/report-v1.json)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"

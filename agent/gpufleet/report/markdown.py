@@ -1,0 +1,50 @@
+"""Markdown (GitHub flavour): for PR comments, issues and wikis."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.report.common import (
+    SEVERITIES,
+    busbw_largest,
+    fmt_bytes,
+    host_worst,
+    summary_line,
+    versions,
+)
+
+
+def _cell(value: object) -> str:
+    text = "-" if value is None or value == "" else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _code(value: str) -> str:
+    return f"`` {value} ``" if "`" in value else f"`{value}`"
+
+
+def render(doc: Mapping[str, Any]) -> str:
+    lines = [f"# gpufleet report ({doc.get('level')}, {doc.get('generated_at') or 'undated'})",
+             "", f"**{_cell(summary_line(doc))}**", "",
+             "| host | status | worst | GPUs | driver | CUDA | torch | smoke | busbw |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    worst = host_worst(doc)
+    for name in sorted(doc["hosts"]):
+        h = doc["hosts"][name]
+        v = versions(h)
+        bw = busbw_largest(h)
+        row = (name, h["status"] + (f" ({h['error']})" if h.get("error") else ""),
+               worst.get(name) or "ok", v["gpus"], v["driver"], v["torch_cuda"] or v["driver_cuda"],
+               v["torch"], (h.get("smoke") or {}).get("status"),
+               f"{bw[1]:.1f} GB/s @ {fmt_bytes(bw[0])}" if bw else None)
+        lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    for sev in SEVERITIES:
+        group = [f for f in doc["findings"] if f["severity"] == sev]
+        if not group:
+            continue
+        lines += ["", f"## {sev} ({len(group)})", ""]
+        for f in group:
+            lines.append(f"- **{f['rule']}** {_cell(', '.join(f['hosts']))}: {_cell(f['message'])}")
+            lines.append(f"  - fix: {_code(f['remediation'])}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,68 @@
+"""Terminal table (rich): summary line, one row per host, findings grouped by severity."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpufleet.report.common import (
+    SEVERITIES,
+    busbw_largest,
+    fmt_bytes,
+    host_worst,
+    summary_line,
+    versions,
+)
+from gpufleet.rules import RULES
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
+
+
+def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> str:
+    out = io.StringIO()
+    # Fixed width and no terminal detection: the same report always renders the same text.
+    console = Console(file=out, width=width, force_terminal=color, no_color=not color,
+                      color_system="standard" if color else None, highlight=False,
+                      emoji=False, legacy_windows=False)
+    healthy = doc["summary"]["healthy"]
+    console.print(Text(summary_line(doc), style="bold green" if healthy else "bold red"))
+    worst = host_worst(doc)
+    hosts = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for col in ("host", "status", "worst", "GPUs", "driver", "CUDA", "torch", "smoke", "busbw"):
+        hosts.add_column(col, overflow="fold")
+    for name in sorted(doc["hosts"]):
+        h = doc["hosts"][name]
+        v = versions(h)
+        smoke = h.get("smoke") or {}
+        bw = busbw_largest(h)
+        w = worst.get(name) or "ok"
+        hosts.add_row(
+            name,
+            Text(h["status"], style=_STYLE["ok"] if h["status"] == "ok" else _STYLE["error"]),
+            Text(w, style=_STYLE[w]),
+            v["gpus"] or "-",
+            v["driver"] or "-",
+            v["torch_cuda"] or v["driver_cuda"] or "-",
+            v["torch"] or "-",
+            smoke.get("status") or "-",
+            f"{bw[1]:.1f} GB/s @ {fmt_bytes(bw[0])}" if bw else "-",
+        )
+    console.print(hosts)
+    for sev in SEVERITIES:
+        group = [f for f in doc["findings"] if f["severity"] == sev]
+        if not group:
+            continue
+        console.print(Text(f"{sev.upper()} ({len(group)})", style=_STYLE[sev]))
+        for f in group:
+            title = RULES[f["rule"]].title if f["rule"] in RULES else ""
+            line = Text(f"  {f['rule']} ", style=_STYLE[sev])
+            line.append(f"[{', '.join(f['hosts'])}] {f['message']}")
+            console.print(line)
+            console.print(Text(f"      {title}; fix: {f['remediation']}", style="dim"))
+    return out.getvalue()

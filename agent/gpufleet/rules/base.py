@@ -1,0 +1,136 @@
+"""What every rule module shares: the evaluation context and the finding constructor."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpufleet.model import (
+    Expectations,
+    Facts,
+    Finding,
+    HostResult,
+    Report,
+    Severity,
+    SmokeResult,
+)
+from gpufleet.rules.catalog import RULES
+
+# Groups every host is in; they say nothing about which hosts belong together.
+IMPLICIT_GROUPS = frozenset({"all", "ungrouped"})
+
+
+@dataclass(frozen=True)
+class Ctx:
+    report: Report
+    now: datetime
+
+    def expect(self, host: str) -> Expectations:
+        spec = self.report.specs.get(host)
+        return spec.expect if spec is not None else Expectations()
+
+    def groups(self, host: str) -> tuple[str, ...]:
+        spec = self.report.specs.get(host)
+        named = tuple(g for g in (spec.groups if spec else ()) if g not in IMPLICIT_GROUPS)
+        return named or ("all",)
+
+    def address(self, host: str) -> str:
+        spec = self.report.specs.get(host)
+        return spec.address if spec is not None else host
+
+    def with_facts(self) -> Iterable[tuple[HostResult, Facts]]:
+        for name in sorted(self.report.hosts):
+            h = self.report.hosts[name]
+            if h.facts is not None:
+                yield h, h.facts
+
+    def with_smoke(self) -> Iterable[tuple[HostResult, SmokeResult]]:
+        for name in sorted(self.report.hosts):
+            h = self.report.hosts[name]
+            if h.smoke is not None:
+                yield h, h.smoke
+
+
+class _Blank(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def finding(
+    rule: str,
+    hosts: Iterable[str],
+    message: str,
+    evidence: Mapping[str, Any] | None = None,
+    severity: Severity | None = None,
+    **fmt: object,
+) -> Finding:
+    """A finding of `rule`, its remediation filled from the catalogue's template."""
+    info = RULES[rule]
+    names = tuple(sorted(set(hosts)))
+    values = _Blank({k: str(v) for k, v in fmt.items()})
+    values.setdefault("host", ",".join(names))
+    values.setdefault("address", ",".join(names))
+    return Finding(
+        rule=rule,
+        severity=severity or info.severity,
+        hosts=names,
+        message=message,
+        evidence=dict(evidence or {}),
+        remediation=info.remediation.format_map(values),
+    )
+
+
+# --------------------------------------------------------------------------- versions
+
+_NUM = re.compile(r"\d+")
+
+
+def vtuple(version: str | None) -> tuple[int, ...] | None:
+    """'580.159.04' -> (580, 159, 4); None when there is no number in it."""
+    if not version:
+        return None
+    nums = _NUM.findall(version.split("+")[0].split("-")[0] if version[0].isdigit() else version)
+    return tuple(int(n) for n in nums) if nums else None
+
+
+def vless(a: str | None, b: str) -> bool:
+    """True when version a is known and lower than b."""
+    ta, tb = vtuple(a), vtuple(b)
+    return ta is not None and tb is not None and ta < tb
+
+
+def branch_of(driver: str | None) -> int | None:
+    t = vtuple(driver)
+    return t[0] if t else None
+
+
+_CUDA_IN_TAG = (
+    re.compile(r"cuda[-_]?(\d{2})\.(\d)", re.IGNORECASE),  # "…-cuda12.8-cudnn9…"
+    re.compile(r"cu(1\d)(\d)(?!\d)", re.IGNORECASE),  # "cu130", "cu128", "cu118"
+)
+
+
+def cuda_from_image(ref: str | None) -> str | None:
+    """The CUDA runtime an image is built for, read from its tag (None if the tag does not say)."""
+    if not ref:
+        return None
+    tag = ref.rsplit("/", 1)[-1].split("@")[0]
+    tag = tag.split(":", 1)[1] if ":" in tag else ""
+    for pat in _CUDA_IN_TAG:
+        m = pat.search(tag)
+        if m:
+            return f"{int(m.group(1))}.{int(m.group(2))}"
+    return None
+
+
+def major_minor(version: str | None) -> str | None:
+    t = vtuple(version)
+    return f"{t[0]}.{t[1] if len(t) > 1 else 0}" if t else None
+
+
+def gpu_model(facts: Facts) -> str:
+    names = sorted({g.name for g in facts.gpus if g.name})
+    return "+".join(names) if names else "no GPU"

@@ -1,0 +1,145 @@
+"""GF4xx: GPU health signals (REFERENCE.md, "Hardware health signals")."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+from gpufleet.model import Facts, Finding, Gpu, HostResult, XidEvent
+from gpufleet.rules import data
+from gpufleet.rules.base import Ctx, finding
+
+
+def throttle_reasons(g: Gpu) -> tuple[str, ...]:
+    """Decoded reasons; from the raw NVML mask when the probe did not decode them."""
+    if g.throttle_reasons:
+        return g.throttle_reasons
+    try:
+        mask = int(g.throttle_mask or "", 16)
+    except ValueError:
+        return ()
+    return tuple(name for bit, name in data.THROTTLE_BITS.items() if mask & bit)
+
+
+_FABRIC_OK = frozenset({"Completed", "N/A", "Not Supported"})
+_UPTIME = re.compile(r"^\[\s*\d+(\.\d+)?\]$")
+
+
+def xid_in_window(ev: XidEvent, now: datetime, hours: int = data.XID_WINDOW_HOURS) -> bool:
+    """True when the event is recent. An uptime stamp ("[ 12.3]") is this boot: recent."""
+    ts = (ev.timestamp or "").strip()
+    if not ts or _UPTIME.match(ts):
+        return True
+    try:
+        when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    except ValueError:
+        return True
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    ref = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
+    return ref - when <= timedelta(hours=hours)
+
+
+def _gpus(h: HostResult, f: Facts) -> Iterator[Finding]:
+    name = h.name
+    for g in f.gpus:
+        ev = {"gpu": g.index, "uuid": g.uuid, "serial": g.serial, "bus_id": g.bus_id,
+              "subject": f"gpu{g.index}"}
+        if g.ecc_uncorrected_volatile:
+            yield finding("GF402", [name],
+                          f"{name} GPU {g.index}: {g.ecc_uncorrected_volatile} uncorrected ECC "
+                          "errors since the last reset",
+                          ev | {"volatile": g.ecc_uncorrected_volatile,
+                                "aggregate": g.ecc_uncorrected_aggregate}, gpu=g.index)
+        elif g.ecc_uncorrected_aggregate:
+            yield finding("GF402", [name],
+                          f"{name} GPU {g.index}: {g.ecc_uncorrected_aggregate} uncorrected ECC "
+                          "errors in its lifetime (none since the last reset)",
+                          ev | {"volatile": 0, "aggregate": g.ecc_uncorrected_aggregate},
+                          severity="warning", gpu=g.index)
+        if g.remapped_rows_pending or g.retired_pages_pending:
+            what = "row remap" if g.remapped_rows_pending else "page retirement"
+            yield finding("GF403", [name], f"{name} GPU {g.index}: {what} pending",
+                          ev | {"remapped_rows_pending": g.remapped_rows_pending,
+                                "retired_pages_pending": g.retired_pages_pending}, gpu=g.index)
+        if g.remapped_rows_failed:
+            yield finding("GF404", [name], f"{name} GPU {g.index}: row remapping failed",
+                          ev, gpu=g.index)
+        gen = (g.pcie_gen_current, g.pcie_gen_max)
+        width = (g.pcie_width_current, g.pcie_width_max)
+        slow_gen = None not in gen and gen[0] < gen[1]  # type: ignore[operator]
+        narrow = None not in width and width[0] < width[1]  # type: ignore[operator]
+        reasons = throttle_reasons(g)
+        if narrow or slow_gen:
+            # An idle GPU may drop its link generation to save power; the width never drops.
+            idle_only = not narrow and "gpu_idle" in reasons
+            yield finding("GF407", [name],
+                          f"{name} GPU {g.index}: PCIe Gen{gen[0]} x{width[0]}, "
+                          f"max Gen{gen[1]} x{width[1]}" + (" (idle)" if idle_only else ""),
+                          ev | {"gen": list(gen), "width": list(width)},
+                          severity="info" if idle_only else None, gpu=g.index)
+        if g.persistence_mode is False:
+            yield finding("GF409", [name], f"{name} GPU {g.index}: persistence mode off",
+                          ev, gpu=g.index)
+        if (g.mig_mode or "").lower() == "enabled":
+            yield finding("GF410", [name], f"{name} GPU {g.index}: MIG enabled", ev, gpu=g.index)
+        bad = sorted(set(reasons) & data.THROTTLE_BAD)
+        if bad:
+            yield finding("GF411", [name],
+                          f"{name} GPU {g.index}: clocks throttled: {', '.join(bad)}",
+                          ev | {"reasons": list(reasons), "mask": g.throttle_mask}, gpu=g.index)
+
+
+def check(ctx: Ctx) -> Iterator[Finding]:
+    for h, f in ctx.with_facts():
+        name = h.name
+        mig_expected = ctx.expect(name).mig_expected
+        for fnd in _gpus(h, f):
+            if fnd.rule != "GF410" or not mig_expected:
+                yield fnd
+        s = h.smoke
+        if s is not None and s.device_count is not None and f.gpu_count > 0 and (
+            s.device_count < f.gpu_count
+        ):
+            yield finding("GF401", [name],
+                          f"{name}: torch sees {s.device_count} GPU(s), nvidia-smi {f.gpu_count}",
+                          {"torch": s.device_count, "nvidia_smi": f.gpu_count})
+        for ev in f.xid_events:
+            recent = xid_in_window(ev, ctx.now)
+            critical = ev.xid in data.CRITICAL_XIDS and recent
+            evidence = {"xid": ev.xid, "timestamp": ev.timestamp, "bus_id": ev.bus_id,
+                        "message": ev.message, "window_hours": data.XID_WINDOW_HOURS,
+                        "source": data.XID_SOURCE, "subject": f"xid{ev.xid}@{ev.bus_id}"}
+            rule = "GF405" if critical else "GF406"
+            yield finding(rule, [name],
+                          f"{name}: XID {ev.xid} on {ev.bus_id or '?'} at {ev.timestamp or '?'}"
+                          + ("" if recent else " (outside the window)") + f": {ev.message}",
+                          evidence,
+                          hint=data.XID_HINTS.get(ev.xid, f"XID {ev.xid}: drain the host and "
+                                                  "run `dcgmi diag -r 3`"))
+        for links in f.nvlink:
+            down = [lk.link for lk in links.links if not lk.active]
+            if down:
+                yield finding("GF408", [name],
+                              f"{name} GPU {links.gpu_index}: NVLink(s) {down} inactive of "
+                              f"{len(links.links)}",
+                              {"gpu": links.gpu_index, "inactive": down,
+                               "total": len(links.links), "subject": f"gpu{links.gpu_index}"},
+                              gpu=links.gpu_index)
+        fab = f.fabric
+        if fab is not None:
+            bad = {i: s for i, s in fab.gpu_states.items() if s not in _FABRIC_OK}
+            failed = {i: s for i, s in fab.gpu_status.items() if s not in ("Success", "N/A")}
+            stopped = fab.nvswitch_count > 0 and fab.manager_running is False
+            if bad or failed or stopped:
+                yield finding("GF412", [name],
+                              f"{name}: NVSwitch fabric not ready: "
+                              + "; ".join(
+                                  [f"GPU {i} state {s}" for i, s in sorted(bad.items())]
+                                  + [f"GPU {i} status {s}" for i, s in sorted(failed.items())]
+                                  + (["nvidia-fabricmanager not running"] if stopped else [])),
+                              {"states": {str(k): v for k, v in bad.items()},
+                               "status": {str(k): v for k, v in failed.items()},
+                               "manager_running": fab.manager_running,
+                               "nvswitch_count": fab.nvswitch_count})

@@ -1,0 +1,105 @@
+"""GF5xx: bandwidth and compute against an explicit floor and against the fleet's own baseline.
+
+Fleet baseline: median and MAD of hosts with the same GPU model, topology and world size
+(published fixed thresholds differ by topology and NVLS; REFERENCE.md). A host is an outlier when
+it is below median - MAD_K x 1.4826 x MAD and also at least OUTLIER_MIN_DROP below the median,
+so that a tight fleet (MAD near 0) does not flag noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+
+from gpufleet.model import Facts, Finding
+from gpufleet.rules import data
+from gpufleet.rules.base import Ctx, finding, gpu_model
+
+
+def topology_signature(f: Facts) -> str:
+    topo = f.topology
+    kinds: set[str] = set()
+    if topo is not None:
+        for a, row in topo.links.items():
+            for b, kind in row.items():
+                if a != b and a.startswith("GPU") and b.startswith("GPU"):
+                    kinds.add(kind)
+    return f"{f.gpu_count}x " + ("/".join(sorted(kinds)) or "?")
+
+
+def low_outliers(values: Sequence[float]) -> tuple[float, float, float] | None:
+    """(median, mad, limit) when there are enough samples, else None."""
+    if len(values) < data.OUTLIER_MIN_SAMPLES:
+        return None
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    limit = min(med - data.MAD_K * 1.4826 * mad, med * (1 - data.OUTLIER_MIN_DROP))
+    return med, mad, limit
+
+
+def _fmt_size(n: int) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
+
+
+def check(ctx: Ctx) -> Iterator[Finding]:
+    worlds: dict[tuple[str, ...], tuple[dict[int, float], Facts, str]] = {}
+    for h, s in ctx.with_smoke():
+        if s.busbw_gbps and h.facts is not None:
+            world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
+            worlds.setdefault(world, (dict(s.busbw_gbps), h.facts, h.name))
+    # Explicit floor, at the largest message size measured (small sizes measure latency).
+    for world, (bw, _f, first) in sorted(worlds.items()):
+        floor = ctx.expect(first).min_busbw_gbps
+        size = max(bw)
+        if floor is not None and bw[size] < floor:
+            yield finding("GF501", world,
+                          f"{'+'.join(world)}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)} "
+                          f"< floor {floor:g} GB/s",
+                          {"busbw_gbps": bw[size], "bytes": size, "floor_gbps": floor,
+                           "variable": "gpufleet_min_busbw_gbps"})
+    # Fleet outliers per cohort, at the largest size every member measured.
+    cohorts: dict[tuple[str, str, int], list[tuple[tuple[str, ...], dict[int, float]]]] = (
+        defaultdict(list))
+    for world, (bw, f, _first) in worlds.items():
+        cohorts[(gpu_model(f), topology_signature(f), len(world))].append((world, bw))
+    for (model, topo, _n), members in sorted(cohorts.items()):
+        common = set.intersection(*(set(bw) for _w, bw in members))
+        if not common:
+            continue
+        size = max(common)
+        stats = low_outliers([bw[size] for _w, bw in members])
+        if stats is None:
+            continue
+        med, mad, limit = stats
+        for world, bw in sorted(members):
+            if bw[size] < limit:
+                yield finding("GF502", world,
+                              f"{'+'.join(world)}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)}, "
+                              f"fleet median {med:.1f} ({model}, {topo})",
+                              {"busbw_gbps": bw[size], "bytes": size, "median": med, "mad": mad,
+                               "limit": limit, "gpu_model": model, "topology": topo,
+                               "peers": len(members)})
+    # Matmul per GPU, pooled over every GPU of the same model.
+    samples: dict[str, list[tuple[str, int, float]]] = defaultdict(list)
+    for h, s in ctx.with_smoke():
+        if h.facts is not None:
+            for rank, tflops in s.matmul_tflops.items():
+                samples[gpu_model(h.facts)].append((h.name, rank, tflops))
+    for model, rows in sorted(samples.items()):
+        stats = low_outliers([t for _h, _r, t in rows])
+        if stats is None:
+            continue
+        med, mad, limit = stats
+        for host, rank, tflops in sorted(rows):
+            if tflops < limit:
+                yield finding("GF503", [host],
+                              f"{host} GPU {rank}: matmul {tflops:.1f} TFLOP/s, "
+                              f"fleet median {med:.1f} ({model})",
+                              {"gpu": rank, "tflops": tflops, "median": med, "mad": mad,
+                               "limit": limit, "gpu_model": model, "peers": len(rows),
+                               "subject": f"gpu{rank}"},
+                              gpu=rank)

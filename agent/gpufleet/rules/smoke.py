@@ -1,0 +1,42 @@
+"""GF6xx: the smoke test's own verdicts, each with its evidence."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpufleet.model import Finding
+from gpufleet.rules.base import Ctx, finding
+from gpufleet.rules.catalog import SMOKE_HINTS
+
+_TAIL = 2000  # characters of log kept as evidence
+
+
+def check(ctx: Ctx) -> Iterator[Finding]:
+    done: set[tuple[str, ...]] = set()
+    for h, s in ctx.with_smoke():
+        # A multinode result is attached to every host of its world: judge it once.
+        world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
+        if world in done:
+            continue
+        done.add(world)
+        label = "+".join(world)
+        for c in s.checks:
+            if not c.passed:
+                yield finding("GF601", world, f"{label}: smoke check {c.name} failed: {c.detail}",
+                              {"check": c.name, "detail": c.detail, "data": dict(c.data),
+                               "subject": c.name},
+                              hint=SMOKE_HINTS.get(c.name, f"smoke check {c.name} failed"))
+        if s.status == "fail" and all(c.passed for c in s.checks):
+            yield finding("GF601", world, f"{label}: smoke test failed: {s.error or 'no detail'}",
+                          {"check": None, "detail": s.error, "subject": "run"},
+                          hint="the smoke test failed without naming a check")
+        tail = (s.log_tail or "")[-_TAIL:]
+        if s.status == "error":
+            yield finding("GF602", world, f"{label}: smoke test error: {s.error or 'no detail'}",
+                          {"error": s.error, "log_tail": tail})
+        elif s.status == "timeout" or s.hung_ranks:
+            yield finding("GF603", world,
+                          f"{label}: smoke test timed out"
+                          + (f"; hung ranks {list(s.hung_ranks)}" if s.hung_ranks else ""),
+                          {"hung_ranks": list(s.hung_ranks), "error": s.error,
+                           "timings_s": dict(s.timings_s), "log_tail": tail})

@@ -1,0 +1,44 @@
+"""GF0xx: a host that could not be checked is itself a finding."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from gpufleet.model import Finding
+from gpufleet.rules.base import Ctx, finding
+
+_BY_STATUS = {
+    "unreachable": ("GF001", "unreachable"),
+    "auth_failed": ("GF002", "SSH authentication failed"),
+    "hostkey_mismatch": ("GF003", "SSH host key does not match known_hosts"),
+    "timeout": ("GF004", "timed out"),
+    "error": ("GF006", "check failed"),
+}
+
+
+def check(ctx: Ctx) -> Iterator[Finding]:
+    for name in sorted(ctx.report.hosts):
+        h = ctx.report.hosts[name]
+        if h.status in _BY_STATUS:
+            rule, what = _BY_STATUS[h.status]
+            yield finding(
+                rule, [name], f"{name}: {what}" + (f": {h.error}" if h.error else ""),
+                {"status": h.status, "error": h.error}, address=ctx.address(name),
+            )
+        smoke_busy = h.smoke is not None and h.smoke.status == "busy"
+        if h.status == "busy" or smoke_busy:
+            procs = [
+                {"pid": p.pid, "name": p.name, "gpu_uuid": p.gpu_uuid}
+                for p in (h.facts.gpu_processes if h.facts else ())
+            ]
+            yield finding(
+                "GF005", [name],
+                f"{name}: GPUs busy with {len(procs) or 'other'} process(es); smoke test skipped",
+                {"status": h.status, "processes": procs, "error": h.error},
+            )
+        if h.facts is not None:
+            for family, reason in sorted(h.facts.errors.items()):
+                yield finding(
+                    "GF010", [name], f"{name}: {family} not collected: {reason}",
+                    {"family": family, "reason": reason, "subject": family},
+                )
