@@ -1,0 +1,331 @@
+"""Ansible inventory → HostSpec. The only module that imports ansible.
+
+Ansible parses everything (INI, YAML, directories, group_vars/host_vars, --limit patterns), so a
+host resolves here exactly as `ansible-playbook -i INV -l LIMIT` would resolve it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from gpufleet.model import Expectations, HostSpec
+
+LOCALHOST = HostSpec(name="localhost", address="localhost", connection="local")
+
+# ansible_connection values that mean "OpenSSH-compatible SSH" for us.
+_SSH_CONNECTIONS = {"ssh", "paramiko", "paramiko_ssh", "smart", "ansible.builtin.ssh",
+                    "ansible.builtin.paramiko_ssh"}
+_LOCAL_CONNECTIONS = {"local", "ansible.builtin.local"}
+
+
+class InventoryError(Exception):
+    """The inventory cannot be used; the message is Ansible's own where Ansible produced one."""
+
+
+def load_inventory(sources: Sequence[str] | None, limit: str | None = None) -> list[HostSpec]:
+    """Hosts of `sources` (after `limit`) in inventory order; None sources = this machine."""
+    if not sources:
+        if limit and limit not in ("localhost", "all", "*"):
+            raise InventoryError(f"--limit {limit!r} needs an inventory (-i)")
+        return [LOCALHOST]
+
+    # Heavy imports here so that `gpufleet facts` without -i never pays for ansible.
+    from ansible.errors import AnsibleError  # noqa: PLC0415
+    from ansible.inventory import manager as inventory_manager  # noqa: PLC0415
+    from ansible.parsing.dataloader import DataLoader  # noqa: PLC0415
+    from ansible.vars.manager import VariableManager  # noqa: PLC0415
+
+    from ansible import constants as C  # noqa: PLC0415
+
+    # A source that fails to parse must stop us, not silently shrink the fleet.
+    C.INVENTORY_UNPARSED_IS_FAILED = True
+    loader = DataLoader()
+    with _capture_warnings(inventory_manager) as warnings:
+        try:
+            inventory = inventory_manager.InventoryManager(loader=loader, sources=list(sources))
+        except AnsibleError as exc:
+            raise InventoryError(_join(str(exc), warnings)) from exc
+        if warnings:
+            raise InventoryError(_join(None, warnings))
+        had_hosts = bool(inventory.list_hosts("all"))
+        try:
+            if limit:
+                inventory.subset(limit)
+            hosts = inventory.list_hosts("all")
+        except AnsibleError as exc:
+            raise InventoryError(_join(str(exc), warnings)) from exc
+    if not hosts:
+        if not had_hosts:
+            raise InventoryError(f"inventory {', '.join(sources)} has no hosts")
+        # Ansible's own wording (ansible/cli/__init__.py get_host_list).
+        raise InventoryError(_join(
+            "Specified inventory, host pattern and/or --limit leaves us with no hosts to target.",
+            warnings))
+
+    variables = VariableManager(loader=loader, inventory=inventory)
+    specs = []
+    for host in hosts:
+        try:
+            hostvars = variables.get_vars(host=host, include_hostvars=False)
+        except AnsibleError as exc:
+            raise InventoryError(f"{host.name}: {exc}") from exc
+        specs.append(_spec(host.name, hostvars, _templater(loader, hostvars)))
+    return specs
+
+
+@contextmanager
+def _capture_warnings(module: Any) -> Iterator[list[str]]:
+    """Collect the parse failures Ansible only prints as warnings, so we can report them."""
+    real = module.display
+    collected: list[str] = []
+
+    class Recorder:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
+            collected.append(msg)
+
+        def error_as_warning(self, msg: str | None, exception: BaseException,
+                             *args: Any, **kwargs: Any) -> None:
+            collected.append(f"{msg} {_exception_text(exception)}" if msg else str(exception))
+
+    module.display = Recorder()
+    try:
+        yield collected
+    finally:
+        module.display = real
+
+
+def _exception_text(exc: BaseException) -> str:
+    parts = [str(exc)]
+    cause = exc.__cause__
+    while cause is not None:
+        text = str(cause)
+        if text and text not in parts:
+            parts.append(text)
+        cause = cause.__cause__
+    return ": ".join(parts)
+
+
+def _join(head: str | None, warnings: Sequence[str]) -> str:
+    lines = [w for w in warnings if w != head]
+    if head:
+        lines.append(head)
+    return "\n".join(dict.fromkeys(lines))
+
+
+def _templater(loader: Any, hostvars: Mapping[str, Any]) -> Callable[[Any], Any]:
+    templar = None
+
+    def render(value: Any) -> Any:
+        nonlocal templar
+        if not (isinstance(value, str) and "{{" in value):
+            return value
+        from ansible.errors import AnsibleError  # noqa: PLC0415
+        from ansible.template import Templar  # noqa: PLC0415
+
+        if templar is None:
+            templar = Templar(loader=loader, variables=hostvars)
+        try:
+            return templar.template(value)
+        except AnsibleError as exc:
+            raise InventoryError(f"cannot template {value!r}: {exc}") from exc
+
+    return render
+
+
+def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) -> HostSpec:
+    def var(*keys: str) -> Any:
+        for key in keys:
+            if key in hostvars and hostvars[key] is not None:
+                return render(hostvars[key])
+        return None
+
+    def text(*keys: str) -> str | None:
+        value = var(*keys)
+        return None if value is None or value == "" else str(value)
+
+    def fail(key: str, value: Any, want: str) -> InventoryError:
+        return InventoryError(f"{name}: {key}={value!r} is not {want}")
+
+    def integer(key: str) -> int | None:
+        value = var(key)
+        if value is None or value == "":
+            return None
+        try:
+            return int(str(value))
+        except ValueError:
+            raise fail(key, value, "an integer") from None
+
+    def number(key: str) -> float | None:
+        value = var(key)
+        if value is None or value == "":
+            return None
+        try:
+            return float(str(value))
+        except ValueError:
+            raise fail(key, value, "a number") from None
+
+    def flag(key: str, default: bool = False) -> bool:
+        value = var(key)
+        if value is None or value == "":
+            return default
+        from ansible.module_utils.parsing.convert_bool import boolean  # noqa: PLC0415
+
+        try:
+            return bool(boolean(value, strict=True))
+        except TypeError:
+            raise fail(key, value, "a boolean") from None
+
+    connection = text("ansible_connection") or "ssh"
+    if connection in _LOCAL_CONNECTIONS:
+        kind = "local"
+    elif connection in _SSH_CONNECTIONS:
+        kind = "ssh"
+    else:
+        raise InventoryError(
+            f"{name}: ansible_connection={connection!r} is not supported (use ssh or local)")
+
+    ssh_args: list[str] = []
+    for key in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        raw = text(key)
+        if raw:
+            try:
+                ssh_args += shlex.split(raw)
+            except ValueError as exc:
+                raise fail(key, raw, f"valid shell words ({exc})") from None
+    ssh = _parse_ssh_args(ssh_args)
+
+    port = integer("ansible_port") if var("ansible_port") is not None else None
+    if port is None and var("ansible_ssh_port") is not None:
+        port = integer("ansible_ssh_port")
+    if port is None and ssh.get("port"):
+        port = int(ssh["port"])
+
+    key_files = [os.path.expanduser(str(k)) for k in ssh.get("identity", [])]
+    for key in ("ansible_ssh_private_key_file", "ansible_private_key_file"):
+        value = text(key)
+        if value:
+            key_files.insert(0, os.path.expanduser(value))
+            break
+
+    strict = flag("ansible_ssh_host_key_checking",
+                  default=flag("ansible_host_key_checking", default=True))
+    if ssh.get("strict") is not None:
+        strict = bool(ssh["strict"])
+
+    become = flag("ansible_become")
+    method = text("ansible_become_method") or "sudo"
+    if become and method not in ("sudo", "ansible.builtin.sudo"):
+        raise InventoryError(f"{name}: ansible_become_method={method!r} is not supported (sudo)")
+
+    groups = tuple(str(g) for g in hostvars.get("group_names", ()))
+    return HostSpec(
+        name=name,
+        address=text("ansible_host", "ansible_ssh_host") or name,
+        connection=kind,  # type: ignore[arg-type]
+        port=port,
+        user=text("ansible_user", "ansible_ssh_user") or ssh.get("user"),
+        key_files=tuple(dict.fromkeys(key_files)),
+        proxy_jump=ssh.get("jump"),
+        known_hosts_files=tuple(ssh.get("known_hosts", [])),
+        strict_host_key_checking=strict,
+        become=become,
+        become_user=text("ansible_become_user") if become else None,
+        groups=groups,
+        expect=Expectations(
+            driver_version=text("nvidia_driver_version"),
+            driver_branch=text("nvidia_driver_branch"),
+            kernel_modules=text("nvidia_driver_kernel_modules"),
+            toolkit_version=text("nvidia_container_toolkit_version"),
+            container_engine=text("container_runtime_engine"),
+            pytorch_image=text("pytorch_image"),
+            pytorch_image_digest=text("pytorch_image_digest"),
+            gpu_count=integer("gpufleet_expected_gpu_count"),
+            smoke_runtime=text("gpufleet_smoke_runtime"),
+            smoke_python=text("gpufleet_smoke_python") or "python3",
+            min_busbw_gbps=number("gpufleet_min_busbw_gbps"),
+            mig_expected=flag("gpufleet_mig_expected"),
+            smoke_address=text("gpufleet_smoke_address"),
+            smoke_interface=text("gpufleet_smoke_interface"),
+        ),
+    )
+
+
+def _parse_ssh_args(args: Sequence[str]) -> dict[str, Any]:
+    """The OpenSSH options we honour from ansible_ssh_common_args / ansible_ssh_extra_args."""
+    found: dict[str, Any] = {}
+
+    def option(text: str) -> None:
+        key, _, value = text.replace("=", " ", 1).partition(" ")
+        key, value = key.strip().lower(), value.strip()
+        if key == "proxyjump" and value.lower() != "none":
+            found.setdefault("jump", value)
+        elif key == "proxycommand":
+            jump = _jump_from_proxy_command(value)
+            if jump:
+                found.setdefault("jump", jump)
+        elif key in ("userknownhostsfile", "globalknownhostsfile"):
+            found.setdefault("known_hosts", []).extend(
+                os.path.expanduser(p) for p in value.split())
+        elif key == "stricthostkeychecking":
+            found["strict"] = value.lower() not in ("no", "off", "false")
+        elif key == "user":
+            found.setdefault("user", value)
+        elif key == "port":
+            found.setdefault("port", value)
+        elif key == "identityfile":
+            found.setdefault("identity", []).append(value)
+
+    flags = {"-J": "jump", "-p": "port", "-l": "user"}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        head, rest = arg[:2], arg[2:]
+        if head in ("-o", "-J", "-p", "-l", "-i"):
+            if not rest and i + 1 < len(args):
+                i += 1
+                rest = args[i]
+            if head == "-o":
+                option(rest)
+            elif head == "-i":
+                found.setdefault("identity", []).append(rest)
+            else:
+                found.setdefault(flags[head], rest)
+        i += 1
+    return found
+
+
+def _jump_from_proxy_command(command: str) -> str | None:
+    """`ssh -W %h:%p [-p P] [-l U] [user@]jump` is the pre-ProxyJump spelling of -J."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    if not words or os.path.basename(words[0]) != "ssh" or "-W" not in words:
+        return None
+    port = user = host = None
+    i = 1
+    while i < len(words):
+        word = words[i]
+        if word in ("-p", "-l", "-W", "-i", "-o", "-F"):
+            value = words[i + 1] if i + 1 < len(words) else ""
+            if word == "-p":
+                port = value
+            elif word == "-l":
+                user = value
+            i += 2
+            continue
+        if not word.startswith("-"):
+            host = word
+        i += 1
+    if host is None:
+        return None
+    if user and "@" not in host:
+        host = f"{user}@{host}"
+    return f"{host}:{port}" if port else host

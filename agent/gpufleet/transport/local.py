@@ -1,0 +1,107 @@
+"""This machine, through subprocess: same contract as SSH, no network."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+
+from gpufleet.model import CommandResult, HostSpec
+from gpufleet.transport import _remote
+from gpufleet.transport.base import Transport, TransportError
+
+
+class LocalTransport(Transport):
+    def __init__(self, spec: HostSpec) -> None:
+        self.name = spec.name
+        self._spec = spec
+        # Becoming root when we already are root needs no sudo (and may have none).
+        self._sudo = spec.become and not (
+            os.geteuid() == 0 and spec.become_user in (None, "root")
+        )
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        full = [*_remote.sudo_prefix(self._sudo, self._spec.become_user), *argv]
+        if env and self._sudo:
+            # sudo resets the environment; env(1) re-applies ours inside it.
+            full = [*_remote.sudo_prefix(True, self._spec.become_user), "env",
+                    *(f"{k}={v}" for k, v in env.items()), *argv]
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                full,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=None if env is None or self._sudo else {**os.environ, **env},
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            return CommandResult(rc=127, stdout="", stderr=f"{full[0]}: not found",
+                                 duration_s=time.monotonic() - started)
+        except OSError as exc:
+            return CommandResult(rc=126, stdout="", stderr=f"{full[0]}: {exc.strerror}",
+                                 duration_s=time.monotonic() - started)
+        timed_out = False
+        try:
+            out, err = proc.communicate(stdin, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._kill_group(proc)
+            out, err = proc.communicate()
+        except BaseException:
+            # Interrupted (Ctrl-C): never leave the group running behind us.
+            self._kill_group(proc)
+            raise
+        return CommandResult(
+            rc=None if timed_out else proc.returncode,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            duration_s=time.monotonic() - started,
+            timed_out=timed_out,
+        )
+
+    def _kill_group(self, proc: subprocess.Popen[bytes]) -> None:
+        if self._sudo:
+            subprocess.run(
+                _remote.killer_argv(proc.pid, True, self._spec.become_user),
+                stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False,
+            )
+        else:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(3.0)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+        # The leader may be gone while its children linger: KILL whatever is left of the group.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        if self._sudo:
+            result = self.run(["sh", "-c", 'cat > "$1" && chmod "$2" "$1"', "sh",
+                               remote_path, f"{mode:o}"], timeout=60, stdin=data)
+            if result.rc != 0:
+                raise TransportError("error", f"cannot write {remote_path}: {result.stderr}")
+            return
+        try:
+            fd = os.open(remote_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(remote_path, mode)
+        except OSError as exc:
+            raise TransportError("error", f"cannot write {remote_path}: {exc.strerror}") from exc
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,523 @@
+"""SSH through paramiko, resolving hosts the way OpenSSH does.
+
+One paramiko Transport per host, reused for every command. ~/.ssh/config (HostName, User, Port,
+IdentityFile, ProxyJump, UserKnownHostsFile, StrictHostKeyChecking, IdentitiesOnly) fills what
+the inventory left unset; inventory values win, as they do on Ansible's ssh command line.
+Loaded keys, known_hosts files and jump-host connections are shared across hosts: RSA key
+loading and bastion handshakes are the expensive parts of a fleet sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import paramiko
+
+from gpufleet.model import CommandResult, HostSpec
+from gpufleet.transport import _remote
+from gpufleet.transport.base import Transport, TransportError
+
+_DEFAULT_IDENTITIES = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk")
+_lock = threading.RLock()
+_file_cache: dict[str, tuple[float, Any]] = {}
+
+
+# --------------------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class _Target:
+    label: str  # what messages call the host
+    host: str  # what we connect to (after HostName)
+    port: int
+    user: str
+    key_files: tuple[str, ...]
+    identities_only: bool
+    known_hosts: tuple[str, ...]  # user files, read in order; new keys go to the first
+    global_known_hosts: tuple[str, ...]
+    host_key_alias: str | None
+    accept_unknown: bool  # StrictHostKeyChecking no|accept-new (changed keys are always refused)
+    jumps: tuple[str, ...] = field(default=())
+
+
+def _cached(path: str, load: Any) -> Any:
+    """load(path), re-read only when the file's mtime changes; None when the file is absent."""
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None
+    with _lock:
+        hit = _file_cache.get(path)
+        if hit is not None and hit[0] == mtime:
+            return hit[1]
+        value = load(path)
+        _file_cache[path] = (mtime, value)
+        return value
+
+
+def _ssh_config() -> paramiko.SSHConfig:
+    config = _cached(os.path.expanduser("~/.ssh/config"), paramiko.SSHConfig.from_path)
+    return config if config is not None else paramiko.SSHConfig()
+
+
+def _resolve(address: str, *, port: int | None, user: str | None, key_files: Sequence[str],
+             proxy_jump: str | None, known_hosts: Sequence[str], strict: bool,
+             label: str) -> _Target:
+    try:
+        cfg = _ssh_config().lookup(address)
+    except Exception as exc:  # a broken ~/.ssh/config is the user's to fix; say where
+        raise TransportError("error", f"cannot read ~/.ssh/config for {address}: {exc}") from exc
+    keys = [*key_files, *(os.path.expanduser(k) for k in cfg.get("identityfile", []))]
+    if not keys:
+        keys = [os.path.expanduser(f"~/.ssh/{n}") for n in _DEFAULT_IDENTITIES]
+    if known_hosts:
+        kh = list(known_hosts)
+    elif cfg.get("userknownhostsfile"):
+        kh = [os.path.expanduser(p) for p in cfg["userknownhostsfile"].split()]
+    else:
+        kh = [os.path.expanduser("~/.ssh/known_hosts"), os.path.expanduser("~/.ssh/known_hosts2")]
+    global_kh = tuple(p for p in cfg.get("globalknownhostsfile", "/etc/ssh/ssh_known_hosts").split()
+                      if p not in kh)
+    jump = proxy_jump or cfg.get("proxyjump")
+    jumps = () if not jump or jump.lower() == "none" else tuple(
+        j.strip() for j in jump.split(",") if j.strip())
+    strict_cfg = cfg.get("stricthostkeychecking", "").lower()
+    return _Target(
+        label=label,
+        host=cfg.get("hostname", address),
+        port=int(port or cfg.get("port") or 22),
+        user=user or cfg.get("user") or getpass.getuser(),
+        key_files=tuple(dict.fromkeys(keys)),
+        identities_only=cfg.get("identitiesonly", "no").lower() == "yes",
+        known_hosts=tuple(kh),
+        global_known_hosts=global_kh,
+        host_key_alias=cfg.get("hostkeyalias"),
+        accept_unknown=not strict or strict_cfg in ("no", "off", "accept-new"),
+        jumps=jumps,
+    )
+
+
+def _parse_jump(hop: str) -> tuple[str | None, str, int | None]:
+    """ "[ssh://][user@]host[:port]" → (user, host, port)."""
+    hop = hop.removeprefix("ssh://")
+    user, _, rest = hop.rpartition("@")
+    host, port = rest, None
+    if rest.startswith("["):  # [v6]:port
+        host, _, tail = rest[1:].partition("]")
+        port = int(tail[1:]) if tail.startswith(":") else None
+    elif rest.count(":") == 1:
+        host, _, p = rest.partition(":")
+        port = int(p)
+    return user or None, host, port
+
+
+# --------------------------------------------------------------------------- host keys
+
+
+def _known_name(target: _Target) -> str:
+    name = target.host_key_alias or target.host
+    return name if target.port == 22 else f"[{name}]:{target.port}"
+
+
+def _load_known_hosts(path: str) -> paramiko.HostKeys:
+    keys = paramiko.HostKeys()
+    with contextlib.suppress(OSError, paramiko.SSHException):
+        keys.load(path)
+    return keys
+
+
+def _fingerprint(key: paramiko.PKey) -> str:
+    return f"{key.algorithm_name} {key.fingerprint}"
+
+
+def _known_keys(target: _Target) -> list[paramiko.PKey]:
+    name = _known_name(target)
+    found: list[paramiko.PKey] = []
+    for path in (*target.known_hosts, *target.global_known_hosts):
+        if path == "/dev/null":
+            continue
+        hostkeys = _cached(path, _load_known_hosts)
+        entry = hostkeys.lookup(name) if hostkeys is not None else None
+        if entry:
+            found += entry.values()
+    return found
+
+
+def _prefer_known_types(t: paramiko.Transport, known: Sequence[paramiko.PKey]) -> None:
+    """Ask for the key type we already know, as OpenSSH orders HostKeyAlgorithms."""
+    wanted: list[str] = []
+    for key in known:
+        name = key.get_name()
+        wanted += ["rsa-sha2-512", "rsa-sha2-256"] if name == "ssh-rsa" else [name]
+    opts = t.get_security_options()
+    current = list(opts.key_types)
+    first = [k for k in dict.fromkeys(wanted) if k in current]
+    if first:
+        opts.key_types = first + [k for k in current if k not in first]
+
+
+def _check_host_key(t: paramiko.Transport, target: _Target, known: Sequence[paramiko.PKey],
+                    accept_new: bool) -> None:
+    key = t.get_remote_server_key()
+    if any(k.asbytes() == key.asbytes() for k in known):
+        return
+    name = _known_name(target)
+    where = f"{target.label} ({target.host}:{target.port})"
+    if known:
+        expected = ", ".join(_fingerprint(k) for k in known)
+        raise TransportError(
+            "hostkey_mismatch",
+            f"host key for {where} changed: expected {expected}, got {_fingerprint(key)}. "
+            f"If the host was reinstalled, remove the old key (ssh-keygen -R '{name}') "
+            "and connect again; otherwise treat this as an attack.",
+        )
+    if not (accept_new or target.accept_unknown):
+        raise TransportError(
+            "hostkey_mismatch",
+            f"host key for {where} is not known: {_fingerprint(key)}. Verify it, then add it to "
+            f"{target.known_hosts[0]} (ssh-keyscan) or rerun with --accept-new-host-keys.",
+        )
+    path = target.known_hosts[0]
+    if path == "/dev/null":
+        return
+    with _lock:
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        with open(path, "a", encoding="ascii") as f:
+            f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+
+
+# --------------------------------------------------------------------------- client keys
+
+
+def _load_key(path: str) -> paramiko.PKey | str:
+    try:
+        key = paramiko.PKey.from_path(path)
+    except paramiko.PasswordRequiredException:
+        return "encrypted (load it into ssh-agent)"
+    except (OSError, paramiko.SSHException, ValueError) as exc:
+        return f"unreadable ({exc})"
+    cert = path + "-cert.pub"
+    if os.path.exists(cert):
+        with contextlib.suppress(OSError, ValueError, paramiko.SSHException):
+            key.load_certificate(cert)
+    return key
+
+
+def _authenticate(t: paramiko.Transport, target: _Target, timeout: float) -> None:
+    tried: list[str] = []
+    candidates: list[tuple[str, paramiko.PKey]] = []
+    for path in target.key_files:
+        key = _cached(path, _load_key)
+        if isinstance(key, paramiko.PKey):
+            candidates.append((path, key))
+        elif key is not None:
+            tried.append(f"{path}: {key}")
+    agent: paramiko.Agent | None = None
+    if not target.identities_only and os.environ.get("SSH_AUTH_SOCK"):
+        try:
+            agent = paramiko.Agent()
+            have = {k.asbytes() for _, k in candidates}
+            candidates += [(f"agent:{k.fingerprint}", k) for k in agent.get_keys()
+                           if k.asbytes() not in have]
+        except paramiko.SSHException as exc:
+            tried.append(f"ssh-agent: {exc}")
+    t.auth_timeout = timeout
+    try:
+        for description, key in candidates:
+            try:
+                t.auth_publickey(target.user, key)
+            except paramiko.BadAuthenticationType as exc:
+                raise TransportError(
+                    "auth_failed",
+                    f"{target.user}@{target.label}: server does not accept public keys "
+                    f"(allowed: {', '.join(exc.allowed_types)})",
+                ) from exc
+            except paramiko.AuthenticationException:
+                tried.append(description)
+                continue
+            except paramiko.SSHException as exc:  # e.g. MaxAuthTries reached: disconnect
+                tried.append(f"{description} ({exc})")
+                break
+            if t.is_authenticated():
+                return
+    finally:
+        if agent is not None:
+            agent.close()
+    what = "; ".join(tried) if tried else "no key in ssh-agent or in the identity files"
+    raise TransportError(
+        "auth_failed", f"{target.user}@{target.label}: permission denied (publickey); tried {what}"
+    )
+
+
+# --------------------------------------------------------------------------- connections
+
+
+def _handshake(sock: Any, target: _Target, timeout: float, accept_new: bool) -> paramiko.Transport:
+    t = paramiko.Transport(sock)
+    try:
+        t.banner_timeout = timeout
+        t.handshake_timeout = timeout
+        known = _known_keys(target)
+        _prefer_known_types(t, known)
+        try:
+            t.start_client(timeout=timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise TransportError(
+                "unreachable",
+                f"{target.label} ({target.host}:{target.port}): SSH handshake failed: "
+                f"{exc or type(exc).__name__}",
+            ) from exc
+        _check_host_key(t, target, known, accept_new)
+        _authenticate(t, target, timeout)
+        t.set_keepalive(30)
+        return t
+    except BaseException:
+        t.close()
+        raise
+
+
+def _dial(target: _Target, via: paramiko.Transport | None, timeout: float) -> Any:
+    where = f"{target.label} ({target.host}:{target.port})"
+    if via is not None:
+        try:
+            return via.open_channel("direct-tcpip", (target.host, target.port), ("127.0.0.1", 0),
+                                    timeout=timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError(
+                "unreachable", f"{where}: the jump host could not connect to it: {exc}"
+            ) from exc
+    try:
+        return socket.create_connection((target.host, target.port), timeout=timeout)
+    except socket.gaierror as exc:
+        raise TransportError(
+            "unreachable", f"{where}: name {target.host!r} does not resolve ({exc.strerror})"
+        ) from exc
+    except ConnectionRefusedError as exc:
+        raise TransportError(
+            "unreachable", f"{where}: connection refused (is sshd running on port {target.port}?)"
+        ) from exc
+    except TimeoutError as exc:
+        raise TransportError("unreachable", f"{where}: no answer within {timeout:g} s") from exc
+    except OSError as exc:
+        raise TransportError("unreachable", f"{where}: {exc.strerror or exc}") from exc
+
+
+class _Jump:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.transport: paramiko.Transport | None = None
+        self.users = 0
+        self.failure: tuple[float, TransportError] | None = None
+
+
+_jumps: dict[tuple[Any, ...], _Jump] = {}
+
+
+def _jump_chain(hops: Sequence[str], strict: bool, timeout: float, accept_new: bool
+                ) -> tuple[tuple[Any, ...], paramiko.Transport]:
+    """A shared connection through every hop; many hosts behind one bastion share it."""
+    via: paramiko.Transport | None = None
+    key: tuple[Any, ...] = ()
+    for hop in hops:
+        user, host, port = _parse_jump(hop)
+        target = _resolve(host, port=port, user=user, key_files=(), proxy_jump="none",
+                          known_hosts=(), strict=strict, label=f"jump host {host}")
+        key += (target.user, target.host, target.port)
+        with _lock:
+            slot = _jumps.setdefault(key, _Jump())
+        with slot.lock:
+            if slot.transport is None or not slot.transport.is_active():
+                if slot.failure and time.monotonic() - slot.failure[0] < timeout:
+                    raise slot.failure[1]
+                try:
+                    slot.transport = _handshake(_dial(target, via, timeout), target, timeout,
+                                                accept_new)
+                    slot.failure = None
+                except TransportError as exc:
+                    slot.failure = (time.monotonic(), exc)
+                    raise
+            slot.users += 1
+        via = slot.transport
+    assert via is not None
+    return key, via
+
+
+def _release_jumps(key: tuple[Any, ...]) -> None:
+    for end in range(len(key), 0, -3):
+        with _lock:
+            slot = _jumps.get(key[:end])
+        if slot is None:
+            continue
+        with slot.lock:
+            slot.users -= 1
+            if slot.users <= 0 and slot.transport is not None:
+                slot.transport.close()
+                slot.transport = None
+
+
+def connect_ssh(spec: HostSpec, *, connect_timeout: float = 10.0,
+                accept_new_host_keys: bool = False) -> SshTransport:
+    target = _resolve(
+        spec.address, port=spec.port, user=spec.user, key_files=spec.key_files,
+        proxy_jump=spec.proxy_jump, known_hosts=spec.known_hosts_files,
+        strict=spec.strict_host_key_checking,
+        label=spec.name,
+    )
+    jump_key: tuple[Any, ...] = ()
+    via = None
+    try:
+        if target.jumps:
+            try:
+                jump_key, via = _jump_chain(target.jumps, spec.strict_host_key_checking,
+                                            connect_timeout, accept_new_host_keys)
+            except TransportError as exc:
+                raise TransportError(exc.status, f"{spec.name}: via {exc.message}") from exc
+        client = _handshake(_dial(target, via, connect_timeout), target, connect_timeout,
+                            accept_new_host_keys)
+    except BaseException:
+        if jump_key:
+            _release_jumps(jump_key)
+        raise
+    return SshTransport(spec, client, jump_key, connect_timeout)
+
+
+# --------------------------------------------------------------------------- the transport
+
+
+class SshTransport(Transport):
+    def __init__(self, spec: HostSpec, client: paramiko.Transport, jump_key: tuple[Any, ...],
+                 connect_timeout: float) -> None:
+        self.name = spec.name
+        self._spec = spec
+        self._client = client
+        self._jump_key = jump_key
+        self._timeout = connect_timeout
+        self._sftp: paramiko.SFTPClient | None = None
+
+    def _session(self) -> paramiko.Channel:
+        try:
+            return self._client.open_session(timeout=self._timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError("unreachable", f"{self.name}: connection lost ({exc})") from exc
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        line = _remote.shell_line(_remote.wrapped_argv(
+            argv, timeout, env, self._spec.become, self._spec.become_user))
+        started = time.monotonic()
+        deadline = started + timeout
+        chan = self._session()
+        out: list[bytes] = []
+        err = b""
+        pgid: int | None = None
+        try:
+            chan.exec_command(line)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+            fd = chan.fileno()  # readable whenever stdout or stderr has data or EOF arrived
+            while True:
+                while chan.recv_ready():
+                    out.append(chan.recv(1 << 16))
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(1 << 16)
+                    if pgid is None:
+                        pgid, err = _remote.split_pgid(err) if b"\n" in err else (None, err)
+                if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if chan.closed:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._kill(pgid)
+                    return self._result(None, out, err, started, timed_out=True)
+                select.select([fd], [], [], min(remaining, 5.0))
+            remaining = max(0.0, deadline - time.monotonic())
+            if not chan.status_event.wait(min(remaining, 10.0) or 0.1):
+                self._kill(pgid)
+                return self._result(None, out, err, started, timed_out=True)
+            rc: int | None = chan.recv_exit_status()
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportError("unreachable", f"{self.name}: connection lost ({exc})") from exc
+        except BaseException:
+            # Interrupted (Ctrl-C, a thread torn down): do not leave the command running.
+            self._kill(pgid)
+            raise
+        finally:
+            chan.close()
+        if rc == -1:  # paramiko: the channel closed without an exit status (killed by signal)
+            rc = None
+        return self._result(rc, out, err, started)
+
+    @staticmethod
+    def _result(rc: int | None, out: list[bytes], err: bytes, started: float,
+                timed_out: bool = False) -> CommandResult:
+        _, err = _remote.split_pgid(err)
+        return CommandResult(
+            rc=rc,
+            stdout=b"".join(out).decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            duration_s=time.monotonic() - started,
+            timed_out=timed_out,
+        )
+
+    def _kill(self, pgid: int | None) -> None:
+        """Kill the command's whole process group on the host, over a fresh channel."""
+        if pgid is None or not self._client.is_active():
+            return
+        try:
+            chan = self._client.open_session(timeout=self._timeout)
+            try:
+                chan.exec_command(_remote.shell_line(_remote.killer_argv(
+                    pgid, self._spec.become, self._spec.become_user)))
+                chan.shutdown_write()
+                chan.status_event.wait(10.0)
+            finally:
+                chan.close()
+        except (paramiko.SSHException, OSError, EOFError):
+            pass  # the host-side `timeout` backstop still ends it
+
+    def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        try:
+            if self._sftp is None:
+                self._sftp = self._client.open_sftp_client()
+            assert self._sftp is not None
+            with self._sftp.open(remote_path, "wb") as f:
+                f.set_pipelined(True)
+                f.write(data)
+            self._sftp.chmod(remote_path, mode)
+            return
+        except OSError as exc:
+            raise TransportError("error", f"{self.name}: cannot write {remote_path}: {exc}"
+                                 ) from exc
+        except (paramiko.SSHException, EOFError):
+            pass  # no sftp subsystem: fall back to cat
+        result = self.run(["sh", "-c", 'cat > "$1" && chmod "$2" "$1"', "sh", remote_path,
+                           f"{mode:o}"], timeout=max(60.0, len(data) / 1e6), stdin=data)
+        if result.rc != 0:
+            raise TransportError("error", f"{self.name}: cannot write {remote_path}: "
+                                 f"{result.stderr.strip()}")
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+            self._sftp = None
+        self._client.close()
+        if self._jump_key:
+            _release_jumps(self._jump_key)
+            self._jump_key = ()

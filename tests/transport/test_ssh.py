@@ -1,0 +1,205 @@
+"""SSH transport against real sshd daemons: host keys, auth, failures, timeouts, jumps, config."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufleet.model import HostSpec
+from gpufleet.transport import TransportError, connect
+from tests.transport.conftest import PORT, Lab, keygen
+
+
+def spec(lab: Lab, **kw: object) -> HostSpec:
+    base: dict[str, object] = {
+        "name": "gpu-a", "address": lab.target.address, "port": PORT, "user": "root",
+        "key_files": (str(lab.client_key),),
+    }
+    base.update(kw)
+    return HostSpec(**base)  # type: ignore[arg-type]
+
+
+def failure(s: HostSpec, **kw: object) -> TransportError:
+    with pytest.raises(TransportError) as info:
+        connect(s, connect_timeout=5, **kw).close()  # type: ignore[arg-type]
+    return info.value
+
+
+def fingerprint(pub: Path) -> str:
+    out = subprocess.run(["ssh-keygen", "-l", "-f", str(pub)], capture_output=True, text=True,
+                         check=True).stdout
+    return out.split()[1]  # "SHA256:…"
+
+
+def test_runs_a_command_and_returns_streams_and_status(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    with connect(spec(lab)) as t:
+        r = t.run(["sh", "-c", 'echo out; echo err >&2; exit 3'], timeout=10)
+        quoted = t.run(["printf", "%s|", "a b", "$HOME", "'q'"], timeout=10)
+        fed = t.run(["cat"], timeout=10, stdin=b"from stdin")
+        env = t.run(["sh", "-c", 'echo "$GF_X"'], timeout=10, env={"GF_X": "a;b"})
+    assert (r.rc, r.stdout, r.stderr, r.timed_out) == (3, "out\n", "err\n", False)
+    assert quoted.stdout == "a b|$HOME|'q'|"
+    assert fed.stdout == "from stdin"
+    assert env.stdout == "a;b\n"
+
+
+def test_unknown_host_key_is_refused_with_its_fingerprint(lab: Lab) -> None:
+    err = failure(spec(lab))
+    assert err.status == "hostkey_mismatch"
+    assert "not known" in err.message
+    assert fingerprint(lab.target.host_key.with_suffix(".pub")) in err.message
+    assert not (lab.home / ".ssh" / "known_hosts").exists()
+
+
+def test_accept_new_records_the_key_and_it_is_then_trusted(lab: Lab) -> None:
+    connect(spec(lab), accept_new_host_keys=True).close()
+    recorded = (lab.home / ".ssh" / "known_hosts").read_text()
+    assert recorded.split()[:2] == lab.target.host_key_line.split()[:2]
+    connect(spec(lab)).close()  # now known: no flag needed
+
+
+def test_changed_host_key_is_refused_even_with_accept_new(lab: Lab, tmp_path: Path) -> None:
+    other = keygen(tmp_path / "other_host_key")
+    kind, blob = other.with_suffix(".pub").read_text().split()[:2]
+    known = lab.home / ".ssh" / "known_hosts"
+    known.write_text(f"[{lab.target.address}]:{PORT} {kind} {blob}\n")
+    err = failure(spec(lab), accept_new_host_keys=True)
+    assert err.status == "hostkey_mismatch"
+    assert "changed" in err.message
+    assert fingerprint(other.with_suffix(".pub")) in err.message  # expected
+    assert fingerprint(lab.target.host_key.with_suffix(".pub")) in err.message  # got
+    assert known.read_text().count("\n") == 1  # nothing recorded
+
+
+def test_known_hosts_file_from_ssh_args_is_used(lab: Lab, tmp_path: Path) -> None:
+    extra = tmp_path / "fleet_known_hosts"
+    extra.write_text(lab.target.host_key_line)
+    connect(spec(lab, known_hosts_files=(str(extra),))).close()
+
+
+def test_key_not_authorized_is_auth_failed(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    err = failure(spec(lab, key_files=(str(lab.stranger_key),)))
+    assert err.status == "auth_failed"
+    assert "root@gpu-a" in err.message and str(lab.stranger_key) in err.message
+
+
+def test_closed_port_is_unreachable(lab: Lab) -> None:
+    err = failure(spec(lab, address="127.0.0.202"))
+    assert err.status == "unreachable"
+    assert "connection refused" in err.message
+
+
+def test_unresolvable_name_says_so(lab: Lab) -> None:
+    err = failure(spec(lab, address="no-such-host.invalid"))
+    assert err.status == "unreachable"
+    assert "does not resolve" in err.message
+
+
+def _pgrep(pattern: str) -> list[str]:
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return out.split()
+
+
+def test_timeout_kills_the_whole_process_group_on_the_host(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    with connect(spec(lab)) as t:
+        started = time.monotonic()
+        # A parent and a background child: both must die, not only the leader.
+        r = t.run(["sh", "-c", "sleep 321.5 & sleep 321.6; echo never"], timeout=1.5)
+        elapsed = time.monotonic() - started
+        assert r.timed_out and r.rc is None
+        assert elapsed < 6
+        deadline = time.monotonic() + 5
+        while _pgrep("sleep 321.[56]") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pgrep("sleep 321.[56]") == []
+        # The connection is still usable after a timeout.
+        assert t.run(["true"], timeout=5).rc == 0
+
+
+def test_dropped_connection_still_ends_the_command_on_the_host(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    t = connect(spec(lab))
+    result: list[object] = []
+    worker = threading.Thread(
+        target=lambda: result.append(_safe_run(t, ["sleep", "322.5"], 1.0)), daemon=True)
+    worker.start()
+    time.sleep(0.5)
+    t._client.close()  # type: ignore[attr-defined]  # the controller vanishes mid-command
+    worker.join(10)
+    # No kill could be sent; the host-side deadline (timeout + 5 s) ends it.
+    deadline = time.monotonic() + 12
+    while _pgrep("sleep 322.5") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _pgrep("sleep 322.5") == []
+
+
+def _safe_run(t: object, argv: list[str], timeout: float) -> object:
+    try:
+        return t.run(argv, timeout=timeout)  # type: ignore[attr-defined]
+    except TransportError as exc:
+        return exc
+
+
+def test_put_writes_file_with_mode(lab: Lab, tmp_path: Path) -> None:
+    lab.known_hosts(lab.target)
+    dest = tmp_path / "shipped.py"
+    with connect(spec(lab)) as t:
+        t.put(b"print('hi')\n", str(dest), 0o750)
+    assert dest.read_bytes() == b"print('hi')\n"
+    assert dest.stat().st_mode & 0o777 == 0o750
+
+
+def test_become_runs_through_sudo(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    with connect(spec(lab, become=True, become_user="nobody")) as t:
+        r = t.run(["id", "-un"], timeout=10)
+        timed = t.run(["sleep", "323.5"], timeout=1)
+    assert (r.rc, r.stdout.strip()) == (0, "nobody")
+    assert timed.timed_out
+    deadline = time.monotonic() + 5
+    while _pgrep("sleep 323.5") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _pgrep("sleep 323.5") == []
+
+
+def test_proxy_jump_goes_through_the_jump_host(lab: Lab) -> None:
+    lab.known_hosts(lab.target, lab.jump)
+    # The jump host resolves its own settings from ~/.ssh/config, as OpenSSH does.
+    (lab.home / ".ssh" / "config").write_text(
+        f"Host bastion\n  HostName {lab.jump.address}\n  Port {PORT}\n  User root\n"
+        f"  IdentityFile {lab.client_key}\n")
+    mark = lab.jump.log.read_text().count("direct-tcpip")
+    with connect(spec(lab, proxy_jump="bastion")) as t:
+        assert t.run(["echo", "via"], timeout=10).stdout == "via\n"
+    assert lab.jump.log.read_text().count("direct-tcpip") > mark
+
+
+def test_jump_host_failure_names_the_jump(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    err = failure(spec(lab, proxy_jump=f"root@127.0.0.202:{PORT}"))
+    assert err.status == "unreachable"
+    assert "via jump host" in err.message and "refused" in err.message
+
+
+def test_ssh_config_supplies_hostname_port_user_key(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    (lab.home / ".ssh" / "config").write_text(
+        f"Host gpu-alias\n  HostName {lab.target.address}\n  Port {PORT}\n  User root\n"
+        f"  IdentityFile {lab.client_key}\n")
+    bare = HostSpec(name="gpu-alias", address="gpu-alias")
+    with connect(bare, connect_timeout=5) as t:
+        assert t.run(["whoami"], timeout=10).stdout == "root\n"
+
+
+def test_inventory_values_override_ssh_config(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    (lab.home / ".ssh" / "config").write_text(
+        f"Host {lab.target.address}\n  Port 1\n  IdentityFile {lab.stranger_key}\n")
+    connect(spec(lab)).close()  # port and key from the spec win
