@@ -174,7 +174,8 @@ def _nccl_groups(ctx: Ctx) -> Iterator[Finding]:
             for g in ctx.groups(h.name):
                 worlds[f"group {g}"][h.name] = nccl
     seen: set[tuple[str, ...]] = set()
-    for world, versions in sorted(worlds.items()):
+    # Multinode worlds first: their (stronger) finding wins over a group's for the same hosts.
+    for world, versions in sorted(worlds.items(), key=lambda kv: (kv[0][:5] != "multi", kv[0])):
         codes = {h: nccl_code(v) for h, v in versions.items()}
         if len(set(codes.values())) < 2:
             continue

@@ -1,0 +1,204 @@
+"""Every rule fires on its fault and stays silent on the healthy fleet."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+import pytest
+from test_rules_builders import BUSBW, NOW, facts, fleet, gpu, smoke
+
+from gpufleet.model import (
+    SEVERITY_ORDER,
+    DriverInfo,
+    FabricInfo,
+    GpuNvLinks,
+    ImageInfo,
+    NvLink,
+    OsInfo,
+    RankInfo,
+    Report,
+    SmokeCheck,
+    SmokeResult,
+    XidEvent,
+)
+from gpufleet.rules import RULES, evaluate
+
+DRV_OTHER = DriverInfo(version="580.95.05", kernel_module_version="580.95.05",
+                       kernel_module_flavor="open", cuda_version="13.0")
+
+
+def _driver(version: str, cuda: str = "13.0", kmod: str | None = None) -> DriverInfo:
+    return DriverInfo(version=version, kernel_module_version=kmod or version,
+                      kernel_module_flavor="open", cuda_version=cuda)
+
+
+def _down(state: str) -> dict[str, object]:
+    return {"status": state, "error": f"simulated {state}", "facts": None, "smoke": None}
+
+
+def _multinode(n1: str, n2: str) -> SmokeResult:
+    ranks = (RankInfo(0, "gpu01", 0, "2.11.0+cu130", "13.0", None, n1),
+             RankInfo(1, "gpu02", 0, "2.11.0+cu130", "13.0", None, n2))
+    return SmokeResult(status="pass", backend="nccl", world_size=2, ranks=ranks,
+                       checks=(SmokeCheck("allreduce_exact", True),), hosts=("gpu01", "gpu02"))
+
+
+# rule -> (report where it fires, host it must name)
+CASES: dict[str, tuple[Callable[[], Report], str]] = {
+    "GF001": (lambda: fleet({"gpu02": _down("unreachable")}), "gpu02"),
+    "GF002": (lambda: fleet({"gpu02": _down("auth_failed")}), "gpu02"),
+    "GF003": (lambda: fleet({"gpu02": _down("hostkey_mismatch")}), "gpu02"),
+    "GF004": (lambda: fleet({"gpu02": _down("timeout")}), "gpu02"),
+    "GF005": (lambda: fleet({"gpu02": {"status": "busy", "smoke": None}}), "gpu02"),
+    "GF006": (lambda: fleet({"gpu02": _down("error")}), "gpu02"),
+    "GF010": (lambda: fleet({"gpu02": {"facts": {"errors": {"docker": "docker: not found"}}}}),
+              "gpu02"),
+    "GF101": (lambda: fleet({"gpu02": {"facts": {"driver": DRV_OTHER}}}), "gpu02"),
+    "GF102": (lambda: fleet({"gpu02": {"facts": {"driver": _driver("570.195.03", "12.8")}}},
+                            expectations={"driver_version": None, "driver_branch": "580"}),
+              "gpu02"),
+    "GF103": (lambda: fleet({"gpu02": {"facts": {"driver": dataclasses.replace(
+        DRV_OTHER, version="580.159.04", kernel_module_version="580.159.04",
+        kernel_module_flavor="proprietary")}}}), "gpu02"),
+    "GF104": (lambda: fleet({"gpu02": {"facts": {"toolkit_version": "1.20.0"}}}), "gpu02"),
+    "GF105": (lambda: fleet({"gpu02": {"facts": {"image": ImageInfo(
+        ref="x", digests=("nvcr.io/nvidia/pytorch@sha256:" + "cd" * 32,))}}}), "gpu02"),
+    "GF106": (lambda: fleet({"gpu02": {"facts": {"gpus": (gpu(0),)},
+                                       "smoke": {"device_count": 1}}}), "gpu02"),
+    "GF107": (lambda: fleet({"gpu02": {"facts": {"docker": None}}}), "gpu02"),
+    "GF201": (lambda: fleet({"gpu02": {"facts": {"driver": DRV_OTHER}}}, with_expect=False),
+              "gpu02"),
+    "GF202": (lambda: fleet({"gpu02": {"facts": {"driver": _driver("580.159.04", "12.9")}}},
+                            with_expect=False), "gpu02"),
+    "GF203": (lambda: fleet({"gpu02": {"facts": {"os": OsInfo(kernel="6.8.0-90-generic")}}}),
+              "gpu02"),
+    "GF204": (lambda: fleet({"gpu02": {"facts": {"toolkit_version": "1.20.0"}}},
+                            with_expect=False), "gpu02"),
+    "GF205": (lambda: fleet({"gpu02": {"facts": {"docker": dataclasses.replace(
+        facts().docker, server_version="27.5.1")}}}), "gpu02"),  # type: ignore[type-var]
+    "GF206": (lambda: fleet({"gpu02": {"facts": {"image": ImageInfo(
+        ref="x", digests=("r@sha256:" + "cd" * 32,))}}}, with_expect=False), "gpu02"),
+    "GF207": (lambda: fleet({"gpu02": {"facts": {"nccl_system_version": "2.27.3"}}}), "gpu02"),
+    "GF208": (lambda: fleet({"gpu02": {"facts": {"gpus": (gpu(0, vbios="96.00.99.00.01"),
+                                                          gpu(1))}}}), "gpu02"),
+    "GF301": (lambda: fleet({"gpu02": {"facts": {"driver": _driver("570.195.03", "12.8")},
+                                       "smoke": None}}), "gpu02"),
+    "GF302": (lambda: fleet({"gpu02": {"facts": {"driver": _driver("535.274.02", "12.2")},
+                                       "smoke": None}},
+                            expectations={"pytorch_image": "pytorch:2.5-cu121"}), "gpu02"),
+    "GF303": (lambda: fleet({"gpu02": {"facts": {"toolkit_version": "1.17.4"}}}), "gpu02"),
+    "GF304": (lambda: fleet({"gpu02": {"facts": {"driver": _driver(
+        "580.159.04", kmod="580.95.05")}}}), "gpu02"),
+    "GF305": (lambda: fleet({"gpu01": {"smoke": _multinode("2.28.9", "2.28.3")},
+                             "gpu02": {"smoke": _multinode("2.28.9", "2.28.3")}},
+                            hosts=("gpu01", "gpu02")), "gpu01"),
+    "GF306": (lambda: fleet({"gpu02": {"facts": {"nccl_system_version": "2.27.3"}}}), "gpu02"),
+    "GF401": (lambda: fleet({"gpu02": {"smoke": {"device_count": 1}}}), "gpu02"),
+    "GF402": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0), gpu(1, ecc_uncorrected_volatile=4, ecc_uncorrected_aggregate=4))}}}), "gpu02"),
+    "GF403": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0), gpu(1, remapped_rows_pending=True))}}}), "gpu02"),
+    "GF404": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0), gpu(1, remapped_rows_failed=True))}}}), "gpu02"),
+    "GF405": (lambda: fleet({"gpu02": {"facts": {"xid_events": (XidEvent(
+        79, "[ 1234.5]", "0000:00:07.0", "GPU has fallen off the bus."),)}}}), "gpu02"),
+    "GF406": (lambda: fleet({"gpu02": {"facts": {"xid_events": (XidEvent(
+        13, "2026-11-30T11:00:00+00:00", "0000:00:07.0", "Graphics Exception"),)}}}), "gpu02"),
+    "GF407": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0), gpu(1, pcie_width_current=8))}}}), "gpu02"),
+    "GF408": (lambda: fleet({"gpu02": {"facts": {"nvlink": (GpuNvLinks(0, tuple(
+        NvLink(k, k != 3, 26.562) for k in range(18))),)}}}), "gpu02"),
+    "GF409": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0, persistence_mode=False), gpu(1))}}}), "gpu02"),
+    "GF410": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0, mig_mode="Enabled"), gpu(1))}}}), "gpu02"),
+    "GF411": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0, throttle_reasons=(), throttle_mask="0x0000000000000048"), gpu(1))}}}), "gpu02"),
+    "GF412": (lambda: fleet({"gpu02": {"facts": {"fabric": FabricInfo(
+        gpu_states={0: "In Progress", 1: "Completed"}, gpu_status={0: "N/A", 1: "Success"},
+        manager_running=False, nvswitch_count=4)}}}), "gpu02"),
+    "GF501": (lambda: fleet({"gpu02": {"smoke": {"busbw_gbps": {**BUSBW, 4 << 30: 250.0}}}}),
+              "gpu02"),
+    "GF502": (lambda: fleet({"gpu02": {"smoke": {"busbw_gbps": {**BUSBW, 4 << 30: 280.0}}}},
+                            expectations={"min_busbw_gbps": None}), "gpu02"),
+    "GF503": (lambda: fleet({"gpu02": {"smoke": {"matmul_tflops": {0: 480.0, 1: 699.0}}}}),
+              "gpu02"),
+    "GF601": (lambda: fleet({"gpu02": {"smoke": {"status": "fail", "checks": (
+        SmokeCheck("ddp", False, "parameters differ on rank 1", {"max_abs_diff": 0.5}),)}}}),
+              "gpu02"),
+    "GF602": (lambda: fleet({"gpu02": {"smoke": {"status": "error", "checks": (),
+                                                 "error": "ImportError: no torch"}}}), "gpu02"),
+    "GF603": (lambda: fleet({"gpu02": {"smoke": {"status": "timeout", "hung_ranks": (1,)}}}),
+              "gpu02"),
+}
+
+
+def test_every_rule_has_a_firing_case() -> None:
+    assert set(CASES) == set(RULES)
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_rule_fires(rule: str) -> None:
+    build, host = CASES[rule]
+    found = [f for f in evaluate(build(), now=NOW) if f.rule == rule]
+    assert found, f"{rule} did not fire"
+    assert any(host in f.hosts for f in found), [f.hosts for f in found]
+    for f in found:
+        assert f.message and f.remediation and "?" not in re.sub(r"\?\)", "", f.remediation), f
+
+
+@pytest.mark.parametrize("with_expect", [True, False])
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_rule_silent_on_healthy_fleet(rule: str, with_expect: bool) -> None:
+    found = [f for f in evaluate(fleet(with_expect=with_expect), now=NOW) if f.rule == rule]
+    assert found == []
+
+
+def test_healthy_fleet_without_smoke_or_peers_is_silent() -> None:
+    assert evaluate(fleet(hosts=("solo",), smoke_on=False), now=NOW) == ()
+    assert evaluate(fleet(with_expect=False, smoke_on=False), now=NOW) == ()
+
+
+def test_findings_sorted_worst_first_then_rule() -> None:
+    r = fleet({"gpu02": {"facts": {"driver": _driver("580.159.04", kmod="580.95.05"),
+                                   "nccl_system_version": "2.27.3",
+                                   "gpus": (gpu(0, persistence_mode=False), gpu(1))}}})
+    found = evaluate(r, now=NOW)
+    keys = [(-SEVERITY_ORDER[f.severity], f.rule) for f in found]
+    assert keys == sorted(keys)
+    assert [f.severity for f in found][0] == "error" and found[-1].severity == "info"
+
+
+def test_unreachable_host_only_gets_its_state_finding() -> None:
+    found = evaluate(fleet({"gpu02": _down("unreachable")}), now=NOW)
+    assert [(f.rule, f.hosts) for f in found] == [("GF001", ("gpu02",))]
+    assert "10.0.0.2" in found[0].remediation
+
+
+def test_remediation_names_playbook_and_version() -> None:
+    (f,) = [f for f in evaluate(fleet({"gpu02": {"facts": {"driver": DRV_OTHER}}}), now=NOW)
+            if f.rule == "GF101"]
+    assert f.remediation == ("ansible-playbook gpufleet.gpu.upgrade_driver -l gpu02 "
+                             "-e nvidia_driver_version=580.159.04")
+    assert f.evidence["actual"] == "580.95.05"
+
+
+def test_smoke_fail_without_failed_check_still_reported() -> None:
+    r = fleet({"gpu02": {"smoke": {"status": "fail", "error": "rank 1 exited 1"}}})
+    (f,) = [f for f in evaluate(r, now=NOW) if f.rule == "GF601"]
+    assert "rank 1 exited 1" in f.message
+
+
+def test_multinode_smoke_judged_once_for_all_its_hosts() -> None:
+    bad = dataclasses.replace(_multinode("2.28.9", "2.28.9"), status="timeout", hung_ranks=(1,))
+    r = fleet({"gpu01": {"smoke": bad}, "gpu02": {"smoke": bad}}, hosts=("gpu01", "gpu02"))
+    found = [f for f in evaluate(r, now=NOW) if f.rule == "GF603"]
+    assert [f.hosts for f in found] == [("gpu01", "gpu02")]
+
+
+def test_healthy_h200_smoke_numbers_are_the_real_ones() -> None:
+    # Guard against builders drifting from the capture they claim to mirror.
+    s = smoke("x")
+    assert s.busbw_gbps[4 << 30] == 343.7 and facts().driver.version == "580.159.04"
