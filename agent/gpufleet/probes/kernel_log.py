@@ -1,0 +1,45 @@
+"""XID events from the kernel log (pure parser)."""
+
+from __future__ import annotations
+
+import re
+
+from gpufleet.model import XidEvent
+
+# NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+),?\s*(?P<msg>.*)$")
+_BRACKET = re.compile(r"^\s*(\[\s*[\d.]+\])")
+_ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\S+)")
+
+
+def normalize_bus_id(raw: str) -> str | None:
+    """The kernel's "0000:18:00" (domain:bus:device) -> nvidia-smi's "00000000:18:00.0".
+
+    GPUs are PCI function 0, so Xid bus ids compare directly with Gpu.bus_id.
+    """
+    parts = raw.strip().split(":")
+    if len(parts) != 3 or not all(re.fullmatch(r"[0-9a-fA-F]+", p) for p in parts):
+        return raw.strip() or None
+    domain, bus, device = parts
+    return f"{int(domain, 16):08X}:{int(bus, 16):02X}:{int(device, 16):02X}.0"
+
+
+def parse_xid_lines(text: str) -> tuple[XidEvent, ...]:
+    """dmesg (plain or --time-format iso) or `journalctl -k -o short-iso` lines -> XidEvents.
+
+    timestamp keeps what the log gave: "[ 1843.308145]" (seconds since boot) or an ISO time.
+    """
+    events: list[XidEvent] = []
+    for line in text.splitlines():
+        match = _XID.search(line)
+        if not match:
+            continue
+        prefix = line[: match.start()]
+        stamp = _BRACKET.match(prefix) or _ISO.match(prefix)
+        events.append(XidEvent(
+            xid=int(match.group("xid")),
+            timestamp=stamp.group(1) if stamp else None,
+            bus_id=normalize_bus_id(match.group("bus")),
+            message=match.group("msg").strip(),
+        ))
+    return tuple(events)

@@ -1,0 +1,183 @@
+# gpufleet probe: every fact of one host in one round trip.
+# Run as `sh -s -- [tool_timeout=SECONDS] [image=REF]` with this text on stdin.
+# POSIX sh; needs only coreutils (timeout, mktemp, readlink, tail, date, uname, cat).
+# Output: sections `==gpufleet== NAME rc=N`, the tool's stdout, and, when the tool wrote to
+# stderr, a `==gpufleet-stderr==` line followed by it. rc 127 = tool not found,
+# 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
+# GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere; only tests set it.
+
+LC_ALL=C
+export LC_ALL
+# Appended, not prepended: the caller's PATH order wins (/usr/local/sbin first for root).
+PATH="$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+export PATH
+
+tool_timeout=10
+image=
+for arg in "$@"; do
+    case $arg in
+        tool_timeout=*) tool_timeout=${arg#tool_timeout=} ;;
+        image=*) image=${arg#image=} ;;
+    esac
+done
+pdn=${GPUFLEET_PROC_DRIVER_NVIDIA:-/proc/driver/nvidia}
+
+tmp=$(mktemp -d 2>/dev/null) || { tmp=/tmp/gpufleet-probe.$$; mkdir -p "$tmp"; }
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 143' TERM HUP INT
+
+# Kill a hung tool with TERM, then KILL 2 s later (-k), where this timeout supports it.
+if command -v timeout >/dev/null 2>&1; then
+    if timeout -k 1 5 true >/dev/null 2>&1; then
+        to="timeout -k 2 $tool_timeout"
+    else
+        to="timeout $tool_timeout"
+    fi
+else
+    to=
+fi
+
+emit() {  # emit NAME RC: print a section from $tmp/out and $tmp/err
+    printf '==gpufleet== %s rc=%s\n' "$1" "$2"
+    if [ -s "$tmp/out" ]; then
+        cat "$tmp/out"
+        [ -n "$(tail -c 1 "$tmp/out")" ] && echo
+    fi
+    if [ -s "$tmp/err" ]; then
+        echo '==gpufleet-stderr=='
+        cat "$tmp/err"
+        [ -n "$(tail -c 1 "$tmp/err")" ] && echo
+    fi
+    return 0
+}
+
+capture() {  # capture ARGV...: run one tool under timeout into $tmp/out, $tmp/err; sets rc
+    : >"$tmp/out"
+    : >"$tmp/err"
+    if ! command -v "$1" >/dev/null 2>&1; then
+        printf '%s: not found\n' "$1" >"$tmp/err"
+        rc=127
+        return
+    fi
+    $to "$@" >"$tmp/out" 2>"$tmp/err" </dev/null
+    rc=$?
+}
+
+section() {  # section NAME ARGV...
+    name=$1
+    shift
+    capture "$@"
+    emit "$name" "$rc"
+}
+
+# After one nvidia-smi call hangs, the others would hang too: skip them so the
+# rest of the host's facts still arrive well within the caller's timeout.
+smi_hung=
+smi() {  # smi NAME ARGS...
+    name=$1
+    shift
+    if [ -n "$smi_hung" ]; then
+        : >"$tmp/out"
+        echo 'skipped: nvidia-smi hung earlier in this probe' >"$tmp/err"
+        emit "$name" 124
+        return
+    fi
+    capture nvidia-smi "$@"
+    case $rc in 124 | 137) smi_hung=1 ;; esac
+    emit "$name" "$rc"
+}
+
+printf '==gpufleet== meta rc=0\nprobe_version=1\ntool_timeout=%s\ndate=%s\nimage=%s\n' \
+    "$tool_timeout" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$image"
+
+if [ -r /etc/os-release ]; then
+    section os_release cat /etc/os-release
+else
+    section os_release cat /usr/lib/os-release
+fi
+section uname uname -r -m
+section proc_driver_version cat "$pdn/version"
+
+# The exact fields of the 580 capture; an unknown field fails the whole query (exit 2),
+# so an older driver gets a second query with long-standing field names only.
+q_fields=index,name,uuid,pci.bus_id,driver_version,vbios_version,memory.total,persistence_mode,mig.mode.current,ecc.mode.current,ecc.errors.uncorrected.volatile.total,ecc.errors.uncorrected.aggregate.total,retired_pages.pending,remapped_rows.pending,remapped_rows.failure,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,clocks_event_reasons.active,compute_cap,serial
+smi query_gpu "--query-gpu=$q_fields" --format=csv
+if [ "$rc" = 2 ] && [ -z "$smi_hung" ]; then
+    smi query_gpu_basic --query-gpu=index,name,uuid,pci.bus_id,driver_version,vbios_version,memory.total,persistence_mode,ecc.mode.current,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,clocks_throttle_reasons.active --format=csv
+fi
+smi nvidia_smi_q -q
+smi topo topo -m
+smi nvlink nvlink -s
+smi compute_apps --query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid --format=csv
+
+# Only the NVIDIA libraries are kept; `ldconfig -p` lists every library of the host.
+capture ldconfig -p
+if [ "$rc" = 0 ]; then
+    while IFS= read -r line; do
+        case $line in
+            *libnccl.so* | *libnvidia-ml.so* | *libcuda.so*) printf '%s\n' "$line" ;;
+        esac
+    done <"$tmp/out" >"$tmp/libs"
+    for lib in libnccl.so.2 libnvidia-ml.so.1; do
+        while IFS= read -r line; do
+            case $line in
+                *"$lib "*"=> "*)
+                    path=${line##*=> }
+                    printf 'resolved %s => %s\n' "$path" "$(readlink -f "$path" 2>/dev/null)"
+                    break
+                    ;;
+            esac
+        done <"$tmp/libs"
+    done >>"$tmp/libs"
+    mv "$tmp/libs" "$tmp/out"
+fi
+emit ldconfig "$rc"
+
+# Kernel log: NVIDIA lines only. dmesg with ISO times when it can, else plain, else journald.
+capture dmesg --time-format iso
+src='dmesg --time-format iso'
+if [ "$rc" != 0 ]; then
+    capture dmesg
+    src=dmesg
+fi
+if [ "$rc" != 0 ] && command -v journalctl >/dev/null 2>&1; then
+    capture journalctl -k -o short-iso --no-pager -q --since=-7d
+    src=journalctl
+fi
+if [ "$rc" = 0 ]; then
+    {
+        echo "# source: $src"
+        while IFS= read -r line; do
+            case $line in *NVRM* | *Xid* | *nvidia*) printf '%s\n' "$line" ;; esac
+        done <"$tmp/out" | tail -n 500
+    } >"$tmp/klog"
+    mv "$tmp/klog" "$tmp/out"
+fi
+emit kernel_log "$rc"
+
+# NVSwitch hosts: fabric manager service, and the switches themselves (PCI class 0680).
+{
+    if command -v nv-fabricmanager >/dev/null 2>&1; then
+        echo "installed=$(command -v nv-fabricmanager)"
+    fi
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+        echo "systemd=$($to systemctl is-active nvidia-fabricmanager 2>/dev/null)"
+    fi
+    if command -v pgrep >/dev/null 2>&1; then
+        echo "pgrep=$($to pgrep -x nv-fabricmanager 2>/dev/null | tr '\n' ' ')"
+    fi
+} >"$tmp/fm" 2>/dev/null </dev/null
+: >"$tmp/err"
+mv "$tmp/fm" "$tmp/out"
+emit fabric_manager 0
+section lspci lspci -n -d 10de:
+
+section toolkit nvidia-ctk --version
+section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}}}'
+section containerd containerd --version
+if [ -n "$image" ]; then
+    capture docker image inspect --format '{{json .RepoDigests}}' -- "$image"
+    emit image "$rc"
+fi
+
+printf '==gpufleet== end rc=0\n'

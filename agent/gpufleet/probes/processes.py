@@ -1,0 +1,22 @@
+"""GPU compute processes (a busy host), pure parser."""
+
+from __future__ import annotations
+
+from gpufleet.model import GpuProcess
+from gpufleet.probes.gpus import clean, parse_csv, to_int
+
+
+def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
+    """`nvidia-smi --query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid --format=csv`."""
+    processes: list[GpuProcess] = []
+    for row in parse_csv(text):
+        pid = to_int(row.get("pid"))
+        if pid is None:
+            continue
+        processes.append(GpuProcess(
+            pid=pid,
+            name=clean(row.get("process_name")) or "?",
+            gpu_uuid=clean(row.get("gpu_uuid")),
+            used_memory_mib=to_int(row.get("used_gpu_memory")),
+        ))
+    return tuple(processes)
