@@ -1,0 +1,5 @@
+"""`python -m gpufleet`."""
+
+from gpufleet.cli import main
+
+main()

@@ -1,0 +1,147 @@
+"""The sweep: connect to every host, collect facts, optionally run the smoke test, one result each.
+
+One SSH connection per host carries the probe and the smoke test; multinode runs keep the
+connections of all reachable hosts open until the world has finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from gpufleet import probes
+from gpufleet.fanout import fan_out
+from gpufleet.model import Facts, HostResult, HostSpec, SmokeResult
+from gpufleet.transport import Transport, TransportError, connect
+
+
+def _raw_sink(raw_dir: Path | None, name: str) -> Callable[[str], None] | None:
+    if raw_dir is None:
+        return None
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+    def sink(text: str) -> None:
+        raw_dir.mkdir(parents=True, exist_ok=True)
+        (raw_dir / f"{safe}.txt").write_text(text, encoding="utf-8")
+
+    return sink
+
+
+def _probe(transport: Transport, spec: HostSpec, probe_timeout: float,
+           raw_dir: Path | None) -> Facts:
+    return probes.collect(transport, spec, timeout=probe_timeout,
+                          raw_sink=_raw_sink(raw_dir, spec.name))
+
+
+def gather_facts(
+    specs: Sequence[HostSpec],
+    *,
+    forks: int | None = None,
+    connect_timeout: float = 10.0,
+    probe_timeout: float = 60.0,
+    accept_new_host_keys: bool = False,
+    raw_dir: Path | None = None,
+    progress: bool | None = None,
+) -> dict[str, HostResult]:
+    """Facts for every host; a host that cannot be reached is a result with its status."""
+
+    def work(spec: HostSpec) -> HostResult:
+        try:
+            with connect(spec, connect_timeout=connect_timeout,
+                         accept_new_host_keys=accept_new_host_keys) as transport:
+                facts = _probe(transport, spec, probe_timeout, raw_dir)
+        except TransportError as exc:
+            return HostResult(name=spec.name, status=exc.status, error=exc.message)
+        return HostResult(name=spec.name, status="ok", facts=facts)
+
+    return fan_out(specs, work, forks=forks, progress=progress, label="facts")
+
+
+def run_check(
+    specs: Sequence[HostSpec],
+    *,
+    level: str,
+    multinode: bool = False,
+    force: bool = False,
+    forks: int | None = None,
+    connect_timeout: float = 10.0,
+    probe_timeout: float = 60.0,
+    smoke_timeout: float = 600.0,
+    accept_new_host_keys: bool = False,
+    raw_dir: Path | None = None,
+    progress: bool | None = None,
+) -> dict[str, HostResult]:
+    """Facts, then the smoke test at `level` ("facts" = none) on every host whose status is ok.
+
+    Single-node: each host runs its own smoke on the connection that collected its facts.
+    Multinode: every reachable host joins one world (gpufleet.smoke.runner.run_multinode).
+    """
+    if level == "facts":
+        return gather_facts(specs, forks=forks, connect_timeout=connect_timeout,
+                            probe_timeout=probe_timeout,
+                            accept_new_host_keys=accept_new_host_keys, raw_dir=raw_dir,
+                            progress=progress)
+    from gpufleet.smoke import runner  # noqa: PLC0415  # torch-side code only when smoking
+
+    held: dict[str, Transport] = {}
+    lock = threading.Lock()
+
+    def work(spec: HostSpec) -> HostResult:
+        try:
+            transport = connect(spec, connect_timeout=connect_timeout,
+                                accept_new_host_keys=accept_new_host_keys)
+        except TransportError as exc:
+            return HostResult(name=spec.name, status=exc.status, error=exc.message)
+        keep = False
+        try:
+            facts = _probe(transport, spec, probe_timeout, raw_dir)
+            if multinode:
+                keep = True
+                with lock:
+                    held[spec.name] = transport
+                return HostResult(name=spec.name, status="ok", facts=facts)
+            smoke = _smoke_guarded(level, lambda: runner.run_smoke(
+                spec, transport, facts, level=level, timeout=smoke_timeout, force=force))
+            return HostResult(name=spec.name, status="ok", facts=facts, smoke=smoke)
+        except TransportError as exc:
+            return HostResult(name=spec.name, status=exc.status, error=exc.message)
+        finally:
+            if not keep:
+                transport.close()
+
+    try:
+        results = fan_out(specs, work, forks=forks, progress=progress,
+                          label="check" if not multinode else "facts")
+        if not multinode or not held:
+            return results
+        members = [(spec, held[spec.name], results[spec.name].facts)
+                   for spec in specs if spec.name in held]
+        names = tuple(m[0].name for m in members)
+        try:
+            smokes = runner.run_multinode(members, level=level, timeout=smoke_timeout)
+        except Exception as exc:  # the world failed as a whole: every member says why
+            failed = SmokeResult(status="error", level=level, error=f"{type(exc).__name__}: "
+                                 f"{exc}", hosts=names)
+            smokes = dict.fromkeys(names, failed)
+        missing = SmokeResult(status="error", level=level, hosts=names,
+                              error="the multinode run returned no result for this host")
+        return {
+            name: dataclasses.replace(r, smoke=smokes.get(name, missing)) if name in held else r
+            for name, r in results.items()
+        }
+    finally:
+        for transport in held.values():
+            transport.close()
+
+
+def _smoke_guarded(level: str, run: Callable[[], SmokeResult]) -> SmokeResult:
+    """A smoke runner bug or a lost connection mid-smoke must not erase the host's facts."""
+    try:
+        return run()
+    except TransportError as exc:
+        return SmokeResult(status="error", level=level, error=exc.message)
+    except Exception as exc:
+        return SmokeResult(status="error", level=level, error=f"{type(exc).__name__}: {exc}")
