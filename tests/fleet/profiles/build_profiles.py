@@ -34,6 +34,7 @@ def digest(seed: str) -> str:
 
 
 IMAGE_DIGEST = digest("gpufleet simulated image " + IMAGE)
+ABSENT_IMAGE = "gpufleet/absent:never"  # the one image ref every simulated docker lacks
 OTHER_DIGEST = digest("gpufleet simulated image rebuilt " + IMAGE)
 QUERY_FIELDS = (
     "index,name,uuid,pci.bus_id,driver_version,vbios_version,memory.total,persistence_mode,"
@@ -50,12 +51,17 @@ REPLAY = r"""#!/bin/sh
 # Called as `replay TOOL ARGS...` by the bin/TOOL wrappers. .data/TOOL.index has lines
 #   RC OUT ERR PATTERN
 # the first PATTERN (a sh glob) matching "ARGS" wins: OUT goes to stdout, ERR to stderr
-# ("-" = nothing; *.tmpl files get @DATA@ replaced by this directory), then exit RC.
+# ("-" = nothing; in *.tmpl files @DATA@ becomes this directory and @REPO@ the last
+# argument without its :tag), then exit RC.
 # RC "hang" sleeps until killed; RC "real" runs the host's own TOOL instead.
 data=$(cd "$(dirname "$0")" && pwd)
 tool=$1
 shift
 args="$*"
+last=
+for arg in "$@"; do last=$arg; done
+repo=$last
+case $last in *:*) case ${last##*:} in */*) ;; *) repo=${last%:*} ;; esac ;; esac
 show() {
     case $1 in
         -) ;;
@@ -63,6 +69,9 @@ show() {
             while IFS= read -r line; do
                 case $line in
                     *@DATA@*) line="${line%%@DATA@*}$data${line#*@DATA@}" ;;
+                esac
+                case $line in
+                    *@REPO@*) line="${line%%@REPO@*}$repo${line#*@REPO@}" ;;
                 esac
                 printf '%s\n' "$line"
             done <"$data/$1"
@@ -170,7 +179,7 @@ def base_h200x2() -> Profile:
             '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},'
             '"runc":{"path":"runc"}}}\n'
         ),
-        "digests.json": f'["pytorch/pytorch@{IMAGE_DIGEST}"]\n',
+        "digests.tmpl": f'["@REPO@@{IMAGE_DIGEST}"]\n',
         "no-such-image.txt": "Error response from daemon: No such image (simulated host)\n",
     })
     p.links = {
@@ -194,9 +203,8 @@ def base_h200x2() -> Profile:
     p.tool(
         "docker",
         "0 docker-info.json - info --format*",
-        f"0 digests.json - image inspect --format* -- {IMAGE}",
-        f"0 digests.json - image inspect --format* {IMAGE}",
-        "1 - no-such-image.txt image inspect *",
+        f"1 - no-such-image.txt image inspect --format* -- {ABSENT_IMAGE}",
+        "0 digests.tmpl - image inspect --format*",
         "real - - *",
     )
     p.tool("containerd", "0 containerd.txt - --version", "real - - *")
@@ -453,7 +461,7 @@ def old_toolkit(p: Profile) -> None:
 
 
 def wrong_digest(p: Profile) -> None:
-    p.files["digests.json"] = f'["pytorch/pytorch@{OTHER_DIGEST}"]\n'
+    p.files["digests.tmpl"] = f'["@REPO@@{OTHER_DIGEST}"]\n'
 
 
 def busy(p: Profile) -> None:
