@@ -168,7 +168,7 @@ def test_findings_sorted_worst_first_then_rule() -> None:
     found = evaluate(r, now=NOW)
     keys = [(-SEVERITY_ORDER[f.severity], f.rule) for f in found]
     assert keys == sorted(keys)
-    assert [f.severity for f in found][0] == "error" and found[-1].severity == "info"
+    assert found[0].severity == "error" and found[-1].severity == "info"
 
 
 def test_unreachable_host_only_gets_its_state_finding() -> None:

@@ -17,6 +17,8 @@ from gpufleet.report.common import (
 
 def _cell(value: object) -> str:
     text = "-" if value is None or value == "" else str(value)
+    # Tool output is data: no HTML, no table breaks.
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 

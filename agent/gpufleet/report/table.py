@@ -63,6 +63,8 @@ def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> 
             title = RULES[f["rule"]].title if f["rule"] in RULES else ""
             line = Text(f"  {f['rule']} ", style=_STYLE[sev])
             line.append(f"[{', '.join(f['hosts'])}] {f['message']}")
-            console.print(line)
-            console.print(Text(f"      {title}; fix: {f['remediation']}", style="dim"))
+            # Findings are not wrapped: long commands stay copy-pasteable on one line.
+            console.print(line, soft_wrap=True)
+            console.print(Text(f"      {title}; fix: {f['remediation']}", style="dim"),
+                          soft_wrap=True)
     return out.getvalue()
