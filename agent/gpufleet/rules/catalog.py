@@ -104,6 +104,9 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF208", "warning", "VBIOS differs from peers",
              "update the VBIOS of {host} to {majority} with the vendor's firmware bundle "
              "(nvfwupd or the OEM tool)"),
+    RuleInfo("GF209", "warning", "GPU count differs from peers",
+             "compare `nvidia-smi -L` with `lspci -d 10de:` on {host} and look for XID 79 in "
+             "`dmesg`; reseat or RMA a missing GPU, or set gpufleet_expected_gpu_count per host"),
     # ---------------------------------------------------------------- GF3xx compatibility
     RuleInfo("GF301", "error", "CUDA runtime needs a newer driver",
              _UPGRADE + " -e nvidia_driver_branch={branch}; or use an image built for CUDA "

@@ -41,6 +41,7 @@ DIMENSIONS: tuple[tuple[str, str, Getter, Callable[[Expectations], bool], bool],
     ("GF206", "image_digest", _digests, lambda e: bool(e.pytorch_image_digest), True),
     ("GF207", "nccl", lambda f: f.nccl_system_version, lambda e: False, True),
     ("GF208", "vbios", _vbios, lambda e: False, False),
+    ("GF209", "gpu_count", lambda f: str(f.gpu_count), lambda e: e.gpu_count is not None, False),
 )
 
 

@@ -38,7 +38,10 @@ def check(ctx: Ctx) -> Iterator[Finding]:
             )
         if h.facts is not None:
             for family, reason in sorted(h.facts.errors.items()):
+                # A tool that is missing is a fact; one that hangs is a sick host.
+                hung = any(w in reason.lower() for w in ("hung", "did not finish", "timed out"))
                 yield finding(
                     "GF010", [name], f"{name}: {family} not collected: {reason}",
                     {"family": family, "reason": reason, "subject": family},
+                    severity="warning" if hung else None,
                 )
