@@ -22,11 +22,11 @@ from gpufleet.probes.fabric import (
     parse_nvidia_smi_q_fabric,
 )
 from gpufleet.probes.gpus import (
-    SmiQuery,
     gpu_from_q,
     nvidia_smi_failure,
     nvml_library_version,
     parse_nvidia_smi_q,
+    parse_nvidia_smi_q_header,
     parse_query_gpu_csv,
     query_gpu_driver_version,
 )
@@ -156,9 +156,11 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
             if section.hung and "nvidia_smi" not in errors and "skipped" not in section.text:
                 errors["nvidia_smi"] = f"nvidia-smi hung (no answer in {tt} s)"
 
-    query = parse_nvidia_smi_q(ok("nvidia_smi_q") or "")
+    q_text = ok("nvidia_smi_q") or ""
+    q_driver, q_cuda = parse_nvidia_smi_q_header(q_text)
     gpus = parse_query_gpu_csv(ok("query_gpu") or ok("query_gpu_basic") or "")
-    if not gpus and query.gpus:
+    if not gpus and q_text:  # both CSV queries failed: the full -q parse is the fallback
+        query = parse_nvidia_smi_q(q_text)
         gpus = tuple(gpu_from_q(i, values) for i, values in enumerate(query.gpus))
     if first is not None and not first.ok and smi_error is None and not gpus:
         errors["gpus"] = nvidia_smi_failure(first.rc, first.text, tt)
@@ -167,13 +169,13 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     driver = DriverInfo(
         version=(
             query_gpu_driver_version(ok("query_gpu") or ok("query_gpu_basic") or "")
-            or query.driver_version
+            or q_driver
             or parse_ldconfig_nvml(libs or "")
             or nvml_library_version(first.text if first is not None else "")
         ),
         kernel_module_version=module_version,
         kernel_module_flavor=flavor,
-        cuda_version=query.cuda_version,
+        cuda_version=q_cuda,
     )
 
     # -- topology, NVLink, fabric
@@ -185,7 +187,7 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
             topology = None
             errors["topology"] = "nvidia-smi topo -m: no matrix in the output"
     nvlink = parse_nvlink_status(ok("nvlink") or "")
-    fabric = _fabric(s, query)
+    fabric = _fabric(s, q_text)
 
     # -- container stack
     toolkit = None
@@ -239,8 +241,8 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     )
 
 
-def _fabric(s: dict[str, Section], query: SmiQuery) -> FabricInfo | None:
-    states, status = parse_nvidia_smi_q_fabric(query)
+def _fabric(s: dict[str, Section], q_text: str) -> FabricInfo | None:
+    states, status = parse_nvidia_smi_q_fabric(q_text)
     lspci = s.get("lspci")
     count = parse_lspci_nvswitch(lspci.stdout) if lspci is not None and lspci.ok else 0
     manager = s.get("fabric_manager")

@@ -5,14 +5,24 @@ from __future__ import annotations
 import re
 
 from gpufleet.model import FabricInfo
-from gpufleet.probes.gpus import SmiQuery, parse_nvidia_smi_q
+from gpufleet.probes.gpus import SmiQuery
 
+_Q_GPU_SPLIT = re.compile(r"\nGPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d[ \t]*(?=\n)")
+_Q_FABRIC = re.compile(
+    r"\n    Fabric[ \t]*\n[ \t]+State[ \t]*: (?P<state>[^\n]*)"
+    r"(?:\n[ \t]+Status[ \t]*: (?P<status>[^\n]*))?"
+)
 _NVSWITCH_CLASS = re.compile(r"^\S+ 0680: 10de:", re.MULTILINE)
 
 
 def parse_nvidia_smi_q_fabric(text: str | SmiQuery) -> tuple[dict[int, str], dict[int, str]]:
-    """-q "Fabric" blocks -> ({index: State}, {index: Status}); GPUs without one are absent."""
-    query = parse_nvidia_smi_q(text) if isinstance(text, str) else text
+    """-q "Fabric" blocks -> ({index: State}, {index: Status}); GPUs without one are absent.
+
+    From text this is a regex scan: an 8-GPU -q is ~2800 lines and the fleet parses one per host.
+    """
+    if isinstance(text, str):
+        return _fabric_scan(text)
+    query = text
     states: dict[int, str] = {}
     status: dict[int, str] = {}
     for index, values in enumerate(query.gpus):
@@ -20,6 +30,18 @@ def parse_nvidia_smi_q_fabric(text: str | SmiQuery) -> tuple[dict[int, str], dic
             states[index] = values["Fabric/State"]
         if "Fabric/Status" in values:
             status[index] = values["Fabric/Status"]
+    return states, status
+
+
+def _fabric_scan(text: str) -> tuple[dict[int, str], dict[int, str]]:
+    states: dict[int, str] = {}
+    status: dict[int, str] = {}
+    for index, block in enumerate(_Q_GPU_SPLIT.split(text)[1:]):
+        match = _Q_FABRIC.search(block)
+        if match:
+            states[index] = match.group("state").strip()
+            if match.group("status") is not None:
+                status[index] = match.group("status").strip()
     return states, status
 
 

@@ -201,6 +201,13 @@ def parse_nvidia_smi_q(text: str) -> SmiQuery:
     )
 
 
+def parse_nvidia_smi_q_header(text: str) -> tuple[str | None, str | None]:
+    """(Driver Version, CUDA Version) of `nvidia-smi -q` without parsing every GPU block."""
+    driver = re.search(r"(?m)^Driver Version\s*: (\S+)", text)
+    cuda = re.search(r"(?m)^CUDA Version\s*: (\S+)", text)
+    return (clean(driver.group(1)) if driver else None), (clean(cuda.group(1)) if cuda else None)
+
+
 def gpu_from_q(index: int, values: Mapping[str, str]) -> Gpu:
     """A Gpu from one `nvidia-smi -q` block (used when --query-gpu failed)."""
     reasons_key = next(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-HEADER = re.compile(r"^==gpufleet== (\S+) rc=(\S+)$")
+# Anchored on "\n" rather than (?m)^ so the regex engine can jump between literal prefixes.
+HEADER = re.compile(r"\n==gpufleet== (\S+) rc=(\S+)(?=\n|$)")
 STDERR_MARK = "==gpufleet-stderr=="
 HUNG_RCS = (124, 137)  # coreutils timeout: 124 after TERM, 137 after the -k KILL
 NOT_FOUND_RC = 127
@@ -33,30 +34,20 @@ class Section:
 
 
 def split_sections(text: str) -> dict[str, Section]:
-    """`==gpufleet== NAME rc=N` blocks -> {NAME: Section}; a repeated NAME keeps the last."""
+    """`==gpufleet== NAME rc=N` blocks -> {NAME: Section}; a repeated NAME keeps the last.
+
+    Text before the first header (login banners, shell noise) is ignored.
+    """
     sections: dict[str, Section] = {}
-    name: str | None = None
-    rc: int | None = None
-    out: list[str] = []
-    err: list[str] = []
-    in_err = False
-
-    def close() -> None:
-        if name is not None:
-            sections[name] = Section(name, rc, "\n".join(out), "\n".join(err))
-
-    for line in text.splitlines():
-        match = HEADER.match(line)
-        if match:
-            close()
-            name, rc_text = match.group(1), match.group(2)
-            rc = int(rc_text) if rc_text.lstrip("-").isdigit() else None
-            out, err, in_err = [], [], False
-        elif name is None:
-            continue  # login banners or shell noise before the first section
-        elif line == STDERR_MARK:
-            in_err = True
-        else:
-            (err if in_err else out).append(line)
-    close()
+    text = "\n" + text
+    headers = list(HEADER.finditer(text))
+    for i, match in enumerate(headers):
+        end = headers[i + 1].start() if i + 1 < len(headers) else len(text)
+        body = text[match.end() + 1 : end]
+        out, sep, err = body.partition(STDERR_MARK + "\n")
+        if not sep and body.rstrip("\n").endswith(STDERR_MARK):
+            out, err = body.rstrip("\n")[: -len(STDERR_MARK)], ""
+        name, rc_text = match.group(1), match.group(2)
+        rc = int(rc_text) if rc_text.lstrip("-").isdigit() else None
+        sections[name] = Section(name, rc, out.rstrip("\n"), err.rstrip("\n"))
     return sections

@@ -65,13 +65,14 @@ def parse_nvlink_status(text: str) -> tuple[GpuNvLinks, ...]:
     gpu: int | None = None
     links: list[NvLink] = []
     for line in text.splitlines():
-        gpu_match = _GPU_LINE.match(line)
-        if gpu_match:
-            if gpu is not None:
-                result.append(GpuNvLinks(gpu, tuple(links)))
-            gpu, links = int(gpu_match.group(1)), []
+        if line.startswith("GPU "):
+            gpu_match = _GPU_LINE.match(line)
+            if gpu_match:
+                if gpu is not None:
+                    result.append(GpuNvLinks(gpu, tuple(links)))
+                gpu, links = int(gpu_match.group(1)), []
             continue
-        link_match = _LINK_LINE.match(line)
+        link_match = _LINK_LINE.match(line) if "Link" in line else None
         if gpu is None or not link_match:
             continue
         state = link_match.group(2)
