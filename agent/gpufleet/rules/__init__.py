@@ -27,9 +27,8 @@ def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Findin
 def evaluate(report: Report, *, now: datetime | None = None) -> tuple[Finding, ...]:
     """All findings for `report`; `now` decides time windows (XIDs, end-of-life dates)."""
     ctx = Ctx(report=report, now=now or datetime.now(timezone.utc))
-    found: list[Finding] = []
+    found: dict[tuple[str, tuple[str, ...], str], Finding] = {}
     for module in _MODULES:
         for f in module.check(ctx):
-            if f not in found:
-                found.append(f)
-    return sort_findings(found)
+            found.setdefault((f.rule, f.hosts, f.message), f)
+    return sort_findings(list(found.values()))
