@@ -1,0 +1,391 @@
+"""Build and run the role tests' real targets: a Debian 12 debootstrap chroot with its own sshd on a
+loopback address, and a signed local apt mirror standing in for NVIDIA's repositories.
+
+Downloads are cached under $GPUFLEET_TEST_CACHE (default /var/cache/gpufleet-tests), which outlives
+the checkout; with an empty cache everything is built from Debian's archive (the mirror the host's
+own apt configuration names).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CACHE = Path(os.environ.get("GPUFLEET_TEST_CACHE", "/var/cache/gpufleet-tests"))
+SUITE = "bookworm"
+# Bump when the include list or the tree preparation changes: the cached tarball is keyed on it.
+ROOTFS_VERSION = "1"
+INCLUDE = ["python3", "python3-apt", "openssh-server", "ca-certificates"]
+TARGET_ADDR = "127.0.0.70"
+MIRROR_ADDR = "127.0.0.71"
+MIRROR_PORT = 8071
+TOOLKIT_VERSIONS = ["1.17.8", "1.19.1"]
+
+
+def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run a command; on failure raise with its output so the test says what broke."""
+    proc = subprocess.run(argv, text=True, capture_output=True, **kw)  # type: ignore[call-overload]
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(argv)} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"
+            f"stderr:\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def host_debian_archives() -> dict[str, str]:
+    """Debian archive URIs by suite, as the host's apt is configured (no host names in code)."""
+    out = run(
+        [
+            "apt-get",
+            "indextargets",
+            "--no-release-info",
+            "--format",
+            "$(REPO_URI) $(RELEASE)",
+            "Identifier: Packages",
+        ]
+    ).stdout
+    found: dict[str, str] = {}
+    for line in out.splitlines():
+        uri, _, release = line.partition(" ")
+        found.setdefault(release, uri)
+    if SUITE not in found:
+        raise RuntimeError(f"the host's apt has no {SUITE} archive configured: {found}")
+    return found
+
+
+def rootfs_tarball() -> Path:
+    """The cached minbase tree (tar), built with debootstrap when missing."""
+    tarball = CACHE / "debootstrap" / f"{SUITE}-minbase-v{ROOTFS_VERSION}-{'_'.join(INCLUDE)}.tar"
+    if tarball.exists():
+        return tarball
+    tarball.parent.mkdir(parents=True, exist_ok=True)
+    build = tarball.parent / f"build-{os.getpid()}"
+    shutil.rmtree(build, ignore_errors=True)
+    debs = CACHE / "debootstrap" / "debs"
+    debs.mkdir(exist_ok=True)
+    try:
+        run(
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(INCLUDE)}",
+                f"--cache-dir={debs}",
+                SUITE,
+                str(build),
+                host_debian_archives()[SUITE],
+            ]
+        )
+        # Services must not start inside a chroot (no init); the standard Debian mechanism.
+        rc = build / "usr/sbin/policy-rc.d"
+        rc.write_text("#!/bin/sh\n# gpufleet tests: no init in this chroot\nexit 101\n")
+        rc.chmod(0o755)
+        (build / "var/cache/apt/archives").mkdir(parents=True, exist_ok=True)
+        part = tarball.with_suffix(".part")
+        run(["tar", "-C", str(build), "--numeric-owner", "-cf", str(part), "."])
+        part.rename(tarball)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return tarball
+
+
+def wait_port(addr: str, port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex((addr, port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {addr}:{port} after {timeout}s")
+
+
+def stop_pid(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@dataclass
+class Mirror:
+    root: Path
+    url: str
+    key_url: str
+    server: subprocess.Popen[bytes] | None = None
+
+    def stop(self) -> None:
+        stop_pid(self.server)
+
+
+def _control(name: str, version: str, arch: str, depends: str) -> str:
+    lines = [
+        f"Package: {name}",
+        f"Version: {version}-1",
+        f"Architecture: {arch}",
+        "Maintainer: gpufleet tests <tests@gpufleet.invalid>",
+        "Section: utils",
+        "Priority: optional",
+        f"Description: gpufleet test stand-in for NVIDIA's {name}",
+        " Built by tests/ansible/target.py; see the nvidia-ctk stand-in for what it implements.",
+    ]
+    if depends:
+        lines.insert(3, f"Depends: {depends}")
+    return "\n".join(lines) + "\n"
+
+
+def _build_debs(pool: Path, version: str) -> None:
+    arch = run(["dpkg", "--print-architecture"]).stdout.strip()
+    libdir = f"usr/lib/{run(['dpkg-architecture', '-qDEB_HOST_MULTIARCH']).stdout.strip()}"
+    v = f"{version}-1"
+    # Dependencies mirror NVIDIA's: toolkit needs base at the same version but tools at ">=", so an
+    # unpinned install would drift; the role must pin all four.
+    specs = {
+        "libnvidia-container1": ("", {f"{libdir}/libnvidia-container.so.{version}": "stand-in\n"}),
+        "libnvidia-container-tools": (
+            f"libnvidia-container1 (>= {v})",
+            {"usr/bin/nvidia-container-cli": "#!/bin/sh\necho stand-in\n"},
+        ),
+        "nvidia-container-toolkit-base": ("python3", {"usr/bin/nvidia-ctk": None}),
+        "nvidia-container-toolkit": (
+            f"nvidia-container-toolkit-base (= {v}), libnvidia-container-tools (>= {v}), "
+            "libnvidia-container-tools (<< 2.0.0)",
+            {"usr/bin/nvidia-container-runtime": "#!/bin/sh\necho stand-in\n"},
+        ),
+    }
+    ctk = (HERE / "standin" / "nvidia-ctk").read_text().replace("@VERSION@", version)
+    for name, (depends, files) in specs.items():
+        tree = pool / f"{name}_{version}"
+        (tree / "DEBIAN").mkdir(parents=True)
+        (tree / "DEBIAN/control").write_text(_control(name, version, arch, depends))
+        for rel, content in files.items():
+            dest = tree / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(ctk if content is None else content)
+            dest.chmod(0o755)
+        run(
+            [
+                "dpkg-deb",
+                "--root-owner-group",
+                "-Zgzip",
+                "--build",
+                str(tree),
+                str(pool / f"{name}_{v}_{arch}.deb"),
+            ]
+        )
+        shutil.rmtree(tree)
+
+
+def _release(root: Path) -> str:
+    fields = [
+        "Origin: gpufleet-test-mirror",
+        "Label: gpufleet-test-mirror",
+        f"Date: {formatdate(usegmt=True)}",
+    ]
+    for algo, hname in (("md5", "MD5Sum"), ("sha256", "SHA256")):
+        fields.append(f"{hname}:")
+        for name in ("Packages", "Packages.gz"):
+            data = (root / name).read_bytes()
+            fields.append(f" {hashlib.new(algo, data).hexdigest()} {len(data)} {name}")
+    return "\n".join(fields) + "\n"
+
+
+def build_mirror(root: Path, gnupghome: Path) -> Mirror:
+    """A flat apt repository (NVIDIA's layout), signed by a key made for this run."""
+    pool = root / "pool"
+    pool.mkdir(parents=True)
+    for version in TOOLKIT_VERSIONS:
+        _build_debs(pool, version)
+    packages = run(["dpkg-scanpackages", "--multiversion", "pool", "/dev/null"], cwd=root).stdout
+    (root / "Packages").write_text(packages)
+    with gzip.open(root / "Packages.gz", "wt") as f:
+        f.write(packages)
+    (root / "Release").write_text(_release(root))
+    gnupghome.mkdir(mode=0o700, parents=True)
+    gpg = [
+        "gpg",
+        "--homedir",
+        str(gnupghome),
+        "--batch",
+        "--yes",
+        "--pinentry-mode",
+        "loopback",
+        "--passphrase",
+        "",
+    ]
+    run(
+        [
+            *gpg,
+            "--quick-gen-key",
+            "gpufleet test mirror <mirror@gpufleet.invalid>",
+            "ed25519",
+            "sign",
+            "1d",
+        ]
+    )
+    run([*gpg, "--clearsign", "-o", str(root / "InRelease"), str(root / "Release")])
+    run([*gpg, "--armor", "--detach-sign", "-o", str(root / "Release.gpg"), str(root / "Release")])
+    run([*gpg, "--armor", "--export", "-o", str(root / "key.asc")])
+    base = f"http://{MIRROR_ADDR}:{MIRROR_PORT}"
+    return Mirror(root=root, url=f"{base}/", key_url=f"{base}/key.asc")
+
+
+def serve_mirror(mirror: Mirror, log: Path) -> None:
+    mirror.server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "http.server",
+            "--bind",
+            MIRROR_ADDR,
+            "--directory",
+            str(mirror.root),
+            str(MIRROR_PORT),
+        ],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    wait_port(MIRROR_ADDR, MIRROR_PORT)
+
+
+SSHD_CONFIG = f"""# gpufleet role-test target
+ListenAddress {TARGET_ADDR}
+Port 22
+HostKey /etc/ssh/ssh_host_ed25519_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PidFile none
+Subsystem sftp internal-sftp
+"""
+
+
+@dataclass
+class Target:
+    root: Path
+    workdir: Path
+    addr: str = TARGET_ADDR
+    key: Path = field(init=False)
+    known_hosts: Path = field(init=False)
+    sshd: subprocess.Popen[bytes] | None = None
+
+    def __post_init__(self) -> None:
+        self.key = self.workdir / "id_ed25519"
+        self.known_hosts = self.workdir / "known_hosts"
+
+    def chroot(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """Run a command inside the target's tree (for assertions on real state)."""
+        return run(["chroot", str(self.root), *argv])
+
+    def stop(self) -> None:
+        stop_pid(self.sshd)
+
+
+def prepare_target(workdir: Path) -> Target:
+    """Unpack the cached tree, add Debian's archives, an ssh key and a known_hosts entry."""
+    root = workdir / "root"
+    root.mkdir(parents=True)
+    run(["tar", "-C", str(root), "--numeric-owner", "-xf", str(rootfs_tarball())])
+    t = Target(root=root, workdir=workdir)
+    archives = host_debian_archives()
+    lines = [f"deb {archives[SUITE]} {SUITE} main"]
+    for suite in (f"{SUITE}-updates", f"{SUITE}-security"):
+        if suite in archives:
+            lines.append(f"deb {archives[suite]} {suite} main")
+    (root / "etc/apt/sources.list").write_text("\n".join(lines) + "\n")
+    for name in ("resolv.conf", "hosts"):
+        shutil.copy(f"/etc/{name}", root / "etc" / name)
+    (root / "etc/ssh/sshd_config_gpufleet").write_text(SSHD_CONFIG)
+    (root / "run/sshd").mkdir(parents=True, exist_ok=True)
+    run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "gpufleet-role-tests",
+            "-f",
+            str(t.key),
+        ]
+    )
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(t.key.with_suffix(".pub").read_text())
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    hostkey = (root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
+    t.known_hosts.write_text(f"{t.addr} {hostkey[0]} {hostkey[1]}\n")
+    return t
+
+
+def start_sshd(t: Target, log: Path) -> None:
+    """sshd in its own mount namespace: the bind mounts vanish with it, also after a crash."""
+    archives = CACHE / "apt-archives" / f"debian12-{SUITE}"
+    (archives / "partial").mkdir(parents=True, exist_ok=True)
+    r = str(t.root)
+    script = (
+        "set -e; "
+        f"mount --rbind /dev {r}/dev; mount --bind /proc {r}/proc; mount --rbind /sys {r}/sys; "
+        f"mount --bind {archives} {r}/var/cache/apt/archives; "
+        f"exec chroot {r} /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config_gpufleet"
+    )
+    # unshare without --fork execs sh, which execs chroot, which execs sshd: Popen's pid is sshd's.
+    t.sshd = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_port(t.addr, 22)
+    except RuntimeError:
+        t.stop()
+        raise RuntimeError(f"sshd did not start: {log.read_text()[-2000:]}") from None
+
+
+def probe_driver_version(t: Target) -> str:
+    """The nvidia-smi version Debian's non-free archive offers now (what the converge pins)."""
+    archives = host_debian_archives()
+    probe = Path("/tmp/gpufleet-probe")
+    inside = t.root / probe.relative_to("/")
+    (inside / "lists/partial").mkdir(parents=True)
+    suites = [SUITE] + [s for s in (f"{SUITE}-updates", f"{SUITE}-security") if s in archives]
+    (inside / "sources.list").write_text(
+        "".join(f"deb {archives[s]} {s} non-free\n" for s in suites)
+    )
+    opts = [
+        "-o",
+        f"Dir::Etc::SourceList={probe}/sources.list",
+        "-o",
+        "Dir::Etc::SourceParts=/nonexistent",
+        "-o",
+        f"Dir::State::Lists={probe}/lists",
+        "-o",
+        f"Dir::Cache={probe}",
+    ]
+    try:
+        run(["chroot", str(t.root), "apt-get", "-qq", *opts, "update"])
+        policy = run(["chroot", str(t.root), "apt-cache", *opts, "policy", "nvidia-smi"]).stdout
+    finally:
+        shutil.rmtree(inside, ignore_errors=True)
+    for line in policy.splitlines():
+        if "Candidate:" in line:
+            return line.split()[1].split("-")[0]
+    raise RuntimeError(f"no nvidia-smi candidate in Debian non-free:\n{policy}")

@@ -1,0 +1,135 @@
+"""Static checks of the gpufleet.gpu collection: ansible-lint (production profile), syntax checks,
+and a built collection that installs and runs by FQCN from outside this checkout."""
+
+from __future__ import annotations
+
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, VENV_BIN, ansible_env, run_playbook
+
+pytestmark = [pytest.mark.ansible]
+
+PLAYBOOKS = ["playbooks/site.yml", "playbooks/upgrade_driver.yml", "playbooks/verify.yml"]
+
+
+@pytest.mark.slow
+def test_ansible_lint_production_profile_is_clean() -> None:
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-lint"), "--profile", "production", "--offline", "--nocolor"],
+        cwd=REPO,
+        env=ansible_env(),
+        text=True,
+        capture_output=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-6000:]
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
+def test_playbook_syntax(playbook: str) -> None:
+    proc = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "--syntax-check",
+            "-i",
+            "inventory.example/hosts.yml",
+            playbook,
+        ],
+        cwd=REPO,
+        env=ansible_env(),
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+FQCN_PLAY = """\
+- name: Use the installed collection by FQCN
+  hosts: localhost
+  connection: local
+  gather_facts: true
+  gather_subset: [min]
+  tasks:
+    - name: The toolkit role refuses a version below the floor
+      ansible.builtin.include_role:
+        name: gpufleet.gpu.nvidia_container_toolkit
+      vars:
+        nvidia_container_toolkit_version: "1.17.8"
+"""
+
+
+@pytest.mark.slow
+def test_built_collection_installs_and_runs_by_fqcn(tmp_path: Path) -> None:
+    env = ansible_env(config=None)
+    build = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-galaxy"),
+            "collection",
+            "build",
+            str(REPO),
+            "--output-path",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert build.returncode == 0, build.stdout + build.stderr
+    artifact = tmp_path / "gpufleet-gpu-0.1.0.tar.gz"
+    with tarfile.open(artifact) as tf:
+        names = set(tf.getnames())
+    for must in (
+        "galaxy.yml",
+        "MANIFEST.json",
+        "meta/runtime.yml",
+        "roles/nvidia_driver/meta/argument_specs.yml",
+        "playbooks/site.yml",
+    ):
+        assert must in names, f"{must} missing from the artifact"
+    assert not [n for n in names if n.startswith(("agent/", "tests/", "collections/", ".venv/"))]
+
+    collections = tmp_path / "collections"
+    install = subprocess.run(
+        [
+            str(VENV_BIN / "ansible-galaxy"),
+            "collection",
+            "install",
+            str(artifact),
+            "-p",
+            str(collections),
+        ],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert install.returncode == 0, install.stdout + install.stderr
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
+
+    doc = subprocess.run(
+        [str(VENV_BIN / "ansible-doc"), "-t", "role", "gpufleet.gpu.nvidia_driver"],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        capture_output=True,
+        timeout=120,
+    )
+    assert doc.returncode == 0 and "nvidia_driver_kernel_modules" in doc.stdout, (
+        doc.stdout + doc.stderr
+    )
+
+    play = tmp_path / "fqcn.yml"
+    play.write_text(FQCN_PLAY)
+    (tmp_path / "logs").mkdir()
+    res = run_playbook(play, Path("localhost,"), tmp_path / "logs", "fqcn", env=env, cwd=tmp_path)
+    assert res.rc != 0, res.tail()
+    refused = "Refused: NVIDIA Container Toolkit 1.17.8 is below the security floor"
+    assert refused in res.output, res.tail()
