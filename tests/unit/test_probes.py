@@ -123,6 +123,9 @@ GOLDEN_CASES: dict[str, Callable[[], Any]] = {
     "q-d-fabric.txt": lambda: nvidia_smi_failure(2, read("q-d-fabric.txt")),
     "facts.txt": facts_txt,
 }
+PROBE_CAPTURE = REPO / "tests/fixtures/h200x2-probe-2026-11-30"
+for _name in ("probe-idle.txt", "probe-busy.txt"):
+    GOLDEN_CASES[_name] = lambda n=_name: parse_probe_output((PROBE_CAPTURE / n).read_text())
 
 
 @pytest.mark.parametrize("capture", sorted(GOLDEN_CASES))
@@ -144,6 +147,21 @@ def test_every_capture_has_a_golden_case() -> None:
 
 
 # --------------------------------------------------------------------------- real captures
+
+
+def test_real_probe_output_busy_host() -> None:
+    busy = parse_probe_output((PROBE_CAPTURE / "probe-busy.txt").read_text())
+    (process,) = busy.gpu_processes
+    assert (process.pid, process.used_memory_mib) == (3085, 4614)
+    assert process.gpu_uuid == busy.gpus[0].uuid
+    assert busy.gpus[0].throttle_reasons == () and busy.gpus[1].throttle_reasons == ("gpu_idle",)
+    assert busy.errors == {
+        "toolkit": "nvidia-ctk: not found",
+        "docker": "docker: not found",
+        "containerd": "containerd: not found",
+        "image": "docker: not found",
+    }
+    assert busy.fabric is not None and busy.fabric.manager_running is None
 
 
 def test_query_gpu_capture_values() -> None:
