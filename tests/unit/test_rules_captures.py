@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from gpufleet.model import (
@@ -159,3 +160,17 @@ def test_fault_profile_fires_its_rules(parsed: dict[str, Facts], profile: str,
         (f.rule, f.hosts) for f in found]
     # A fault is never only an info.
     assert any(f.severity != "info" for f in found if "sick" in f.hosts)
+
+
+def test_real_facts_report_validates_against_schema(parsed: dict[str, Facts]) -> None:
+    schema = json.loads((REPO / "docs" / "schema" / "report-v1.json").read_text())
+    r = _report({p: (f, real_smoke(p) if p == "h200x2" else None, Expectations(**DESIRED), "gpu")
+                 for p, f in parsed.items()})
+    gone = HostResult("gone", "unreachable", "no route")
+    r = Report(hosts={**r.hosts, "gone": gone}, specs=r.specs, generated_at=r.generated_at,
+               level=r.level)
+    r = Report(hosts=r.hosts, specs=r.specs, findings=evaluate(r, now=NOW),
+               generated_at=r.generated_at, level=r.level)
+    doc = json.loads(render(r, Format.json))
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    assert doc["summary"]["findings"]["error"] > 0

@@ -199,3 +199,13 @@ def test_secrets_do_not_reach_findings_output_but_evidence_is_kept() -> None:
                                    "log_tail": "HF_TOKEN=hf_" + "x" * 30}}})
     (f,) = _only(r, "GF602")
     assert "hf_" in f.evidence["log_tail"]  # rules keep data; renderers redact (test_report)
+
+
+def test_cpu_gloo_runs_are_not_judged_for_performance() -> None:
+    def cpu(host: str, tflops: float, bw: float) -> SmokeResult:
+        return dataclasses.replace(smoke(host), backend="gloo", device_count=0,
+                                   matmul_tflops={0: tflops}, busbw_gbps={1 << 20: bw})
+    r = fleet({h: {"facts": {"gpus": ()}, "smoke": cpu(h, t, bw)}
+               for h, t, bw in (("a", 0.1, 1.0), ("b", 0.1, 1.0), ("c", 0.01, 0.1))},
+              hosts=("a", "b", "c"), expectations={"gpu_count": None})
+    assert {f.rule for f in evaluate(r, now=NOW)} & {"GF501", "GF502", "GF503"} == set()

@@ -47,8 +47,10 @@ def _fmt_size(n: int) -> str:
 
 def check(ctx: Ctx) -> Iterator[Finding]:
     worlds: dict[tuple[str, ...], tuple[dict[int, float], Facts, str]] = {}
+    # GPU runs only: a gloo run on CPU ranks (CI, CPU hosts) measures nothing a floor or a GPU
+    # baseline is about.
     for h, s in ctx.with_smoke():
-        if s.busbw_gbps and h.facts is not None:
+        if s.busbw_gbps and h.facts is not None and h.facts.gpus and s.backend != "gloo":
             world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
             worlds.setdefault(world, (dict(s.busbw_gbps), h.facts, h.name))
     # Explicit floor, at the largest message size measured (small sizes measure latency).
@@ -86,7 +88,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
     # Matmul per GPU, pooled over every GPU of the same model.
     samples: dict[str, list[tuple[str, int, float]]] = defaultdict(list)
     for h, s in ctx.with_smoke():
-        if h.facts is not None:
+        if h.facts is not None and h.facts.gpus and s.backend != "gloo":
             for rank, tflops in s.matmul_tflops.items():
                 samples[gpu_model(h.facts)].append((h.name, rank, tflops))
     for model, rows in sorted(samples.items()):
