@@ -168,9 +168,12 @@ def _note_no_gpu(results: Mapping[str, HostResult]) -> None:
     """Say plainly on stderr which reachable hosts have no NVIDIA GPU at all."""
     for name, result in results.items():
         facts = result.facts
-        if result.status == "ok" and facts is not None and not facts.gpus:
-            reason = facts.errors.get("nvidia_smi") or "no GPU listed by nvidia-smi"
-            print(f"gpufleet: {name}: no NVIDIA GPU ({reason})", file=sys.stderr)
+        if result.status != "ok" or facts is None or facts.gpus:
+            continue
+        reason = facts.errors.get("nvidia_smi")
+        if reason is None or "not found" in reason:
+            print(f"gpufleet: {name}: no NVIDIA GPU ({reason or 'nvidia-smi lists none'})",
+                  file=sys.stderr)
 
 
 def cmd_facts(args: argparse.Namespace) -> int:
@@ -273,19 +276,12 @@ def _driver_cell(facts: Facts) -> str:
     return user or kmod or "-"
 
 
-_FIRST_PROBLEMS = ("probe", "nvidia_smi", "kernel_module")
-
-
-def _problem_cell(result: HostResult) -> str:
-    """The host's error, else its most telling fact error; the rest are in --format json."""
+def _problems(result: HostResult) -> str:
     if result.error:
         return result.error
-    if result.facts is None or not result.facts.errors:
+    if result.facts is None:
         return ""
-    errors = result.facts.errors
-    family = next((f for f in _FIRST_PROBLEMS if f in errors), next(iter(errors)))
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{family}: {errors[family]}{more}"
+    return "; ".join(f"{family}: {reason}" for family, reason in result.facts.errors.items())
 
 
 def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
@@ -300,17 +296,17 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
                       color_system="standard" if color else None, highlight=False, emoji=False)
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for column in ("host", "status", "OS", "kernel", "driver", "CUDA", "GPUs", "toolkit",
-                   "docker", "NCCL", "problems"):
-        table.add_column(column, overflow="fold")
+                   "docker", "NCCL"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
     for name, result in results.items():
         status = Text(result.status, style="green" if result.status == "ok" else "bold red")
         f = result.facts
         if f is None:
-            table.add_row(name, status, *["-"] * 8, _problem_cell(result))
+            table.add_row(name, status, *["-"] * 8)
             continue
         table.add_row(
             name, status,
-            f.os.pretty_name or f.os.id or "-",
+            " ".join(filter(None, (f.os.id, f.os.version_id))) or "-",
             f.os.kernel or "-",
             _driver_cell(f),
             f.driver.cuda_version or "-",
@@ -318,7 +314,6 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
             f.toolkit_version or "-",
             f.docker.server_version if f.docker and f.docker.server_version else "-",
             f.nccl_system_version or "-",
-            _problem_cell(result),
         )
     summary = _facts_summary(results)
     not_ok = {s: n for s, n in summary["status"].items() if s != "ok"}
@@ -327,4 +322,12 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
         line += ", " + ", ".join(f"{n} {s}" for s, n in not_ok.items())
     console.print(Text(line, style="bold green" if summary["healthy"] else "bold red"))
     console.print(table)
+    # Problems under the table, in full: a wrapped table cell would cut fingerprints apart.
+    problems = [(name, _problems(r)) for name, r in results.items() if _problems(r)]
+    if problems:
+        console.print(Text("problems", style="bold"))
+    for name, text in problems:
+        line = Text(f"  {name}: ", style="bold red" if results[name].status != "ok" else "yellow")
+        line.append(text)
+        console.print(line)
     return out.getvalue()
