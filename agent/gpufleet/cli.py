@@ -327,7 +327,7 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
     if problems:
         console.print(Text("problems", style="bold"))
     for name, text in problems:
-        line = Text(f"  {name}: ", style="bold red" if results[name].status != "ok" else "yellow")
-        line.append(text)
-        console.print(line)
+        entry = Text(f"  {name}: ", style="bold red" if results[name].status != "ok" else "yellow")
+        entry.append(text)
+        console.print(entry)
     return out.getvalue()
