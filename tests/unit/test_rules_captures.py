@@ -174,3 +174,22 @@ def test_real_facts_report_validates_against_schema(parsed: dict[str, Facts]) ->
     doc = json.loads(render(r, Format.json))
     jsonschema.Draft202012Validator(schema).validate(doc)
     assert doc["summary"]["findings"]["error"] > 0
+
+
+PROBE_RUNS = REPO / "tests" / "fixtures" / "h200x2-probe-2026-11-30"
+
+
+def test_real_probe_output_from_the_device_machine_nothing_above_info() -> None:
+    # probe.sh run unchanged on the real 2xH200 machine, idle and with a torch process on GPU 0.
+    idle, busy = (parse_probe_output((PROBE_RUNS / f"probe-{n}.txt").read_text())
+                  for n in ("idle", "busy"))
+    image = Expectations(pytorch_image="pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime")
+    for hosts in ({"dev": (idle, None, image, "all")},
+                  {"dev": (busy, real_smoke("dev"), image, "all")},
+                  {"a": (idle, None, image, "gpu"), "b": (busy, None, image, "gpu"),
+                   "c": (idle, None, image, "gpu")}):
+        r = _report(hosts)
+        assert _above_info(r) == [], hosts.keys()
+    # What it does report: the tools that machine lacks, as info.
+    rules = {f.rule for f in evaluate(_report({"dev": (idle, None, image, "all")}), now=NOW)}
+    assert rules == {"GF010"}
