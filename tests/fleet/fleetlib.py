@@ -48,15 +48,15 @@ FAULTS = ("down", "badkey", "noauth", "noresolve")
 NORESOLVE_ADDRESS = "noresolve.gpufleet.invalid"  # RFC 6761: .invalid never resolves
 CPU_PROFILE = "no-nvidia-smi"
 
-# Desired state that matches the healthy profile (h200x2), as group vars of `gpu`.
-# Values from tests/fleet/profiles/README.md (helper B) and the real capture in tests/fixtures/.
+# Desired state that matches the healthy profile (h200x2), as group vars of `gpu`: the values
+# tests/fleet/profiles/README.md lists (any image ref is present there, with this digest).
 DESIRED_STATE: dict[str, Any] = {
     "nvidia_driver_version": "580.159.04",
     "nvidia_container_toolkit_version": "1.19.1",
     "container_runtime_engine": "docker",
-    "pytorch_image": "nvcr.io/nvidia/pytorch:25.10-py3",
+    "pytorch_image": "pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime",
     "pytorch_image_digest": (
-        "sha256:5e1f0f0c1a7bd7c5e5c9a3f8f1b1f1e8f7d3f2a9f4d6c3b2a1908f7e6d5c4b3a"
+        "sha256:991fe96ed17cd3758bd498c26e7953ec34ed6ce4c97b4f5748acb365582d2f19"
     ),
 }
 
