@@ -493,3 +493,48 @@ def test_script_runs_under_posix_shells(argv: list[str]) -> None:
     sections = split_sections(proc.stdout)
     assert "end" in sections and sections["uname"].ok
     assert proc.stderr == ""
+
+
+class TimesOut(LocalShell):
+    """The transport's overall timeout fired: it returns what arrived so far."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> CommandResult:
+        partial = "==gpufleet== meta rc=0\ntool_timeout=10\n==gpufleet== uname rc=0\n6.1.0 x86_64\n"
+        return CommandResult(None, partial, "", timeout, timed_out=True)
+
+
+def test_probe_timeout_keeps_the_partial_facts() -> None:
+    facts = collect(TimesOut(), HostSpec("gpu07", "10.0.0.7"), timeout=5)
+    assert facts.errors["probe"] == "probe did not finish within 5 s; facts are partial"
+    assert facts.os.kernel == "6.1.0"
+
+
+def test_a_tool_that_ignores_term_is_killed(tmp_path: Path) -> None:
+    """timeout -k: TERM first, KILL two seconds later; the section says hung, the rest arrives."""
+    stubborn = tmp_path / "docker"
+    stubborn.write_text("#!/bin/sh\ntrap '' TERM\nsleep 100\n")
+    stubborn.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    start = time.monotonic()
+    proc = subprocess.run(
+        ["sh", "-s", "--", "tool_timeout=1"],
+        input=probe_script(),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    elapsed = time.monotonic() - start
+    sections = split_sections(proc.stdout)
+    assert sections["docker_info"].rc == 137
+    facts = parse_probe_output(proc.stdout)
+    assert facts.errors["docker"] == "docker hung (no answer in 1 s)"
+    assert "end" in sections and facts.os.kernel == os.uname().release
+    assert elapsed < 15, elapsed
