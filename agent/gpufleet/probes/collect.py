@@ -131,7 +131,7 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     # -- OS, kernel, kernel module
     fail("os", "os_release", "cat /etc/os-release")
     fail("kernel", "uname", "uname")
-    os = os_info(ok("os_release"), ok("uname"))
+    os_facts = os_info(ok("os_release"), ok("uname"))
     module_version, flavor = parse_proc_driver_version(ok("proc_driver_version") or "")
     proc = s.get("proc_driver_version")
     if proc is not None and not proc.ok:
@@ -224,7 +224,7 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
 
     return Facts(
         collected_at=collected_at,
-        os=os,
+        os=os_facts,
         driver=driver,
         gpus=gpus,
         topology=topology,

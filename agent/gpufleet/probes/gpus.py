@@ -280,7 +280,7 @@ def nvidia_smi_failure(rc: int | None, text: str, tool_timeout: str = "?") -> st
         return "nvidia-smi: not found"
     if rc in (124, 137):
         if first.startswith("skipped:"):
-            return f"nvidia-smi {first}"
+            return first
         return f"nvidia-smi hung (no answer in {tool_timeout} s)"
     if "Failed to initialize NVML:" in text:
         reason = text.split("Failed to initialize NVML:", 1)[1].splitlines()[0].strip()
