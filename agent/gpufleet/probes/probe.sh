@@ -1,3 +1,4 @@
+#!/bin/sh
 # gpufleet probe: every fact of one host in one round trip.
 # Run as `sh -s -- [tool_timeout=SECONDS] [image=REF]` with this text on stdin.
 # POSIX sh; needs only coreutils (timeout, mktemp, readlink, tail, date, uname, cat).
@@ -20,6 +21,7 @@ for arg in "$@"; do
         image=*) image=${arg#image=} ;;
     esac
 done
+case $tool_timeout in '' | *[!0-9.]*) tool_timeout=10 ;; esac
 pdn=${GPUFLEET_PROC_DRIVER_NVIDIA:-/proc/driver/nvidia}
 
 tmp=$(mktemp -d 2>/dev/null) || { tmp=/tmp/gpufleet-probe.$$; mkdir -p "$tmp"; }
