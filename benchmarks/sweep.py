@@ -142,6 +142,7 @@ def main() -> int:
         }  # fmt: skip
         tools = args.tools.split(",")
         runs: list[dict[str, Any]] = []
+        probe_out_bytes = None
         for rep in range(1, args.reps + 1):
             for tool in tools:  # interleaved, so load drift from other users hits every tool
                 (work / "openssh").mkdir(exist_ok=True)
@@ -151,11 +152,13 @@ def main() -> int:
                 run = {"tool": tool, "rep": rep, **_measure(commands[tool], fleet, stdout,
                                                             args.timeout)}  # fmt: skip
                 run["ok_hosts"] = _ok_hosts(tool, stdout, work / "openssh")
+                if tool == "openssh":
+                    first = work / "openssh" / fleet.hosts["gpu01"].address
+                    probe_out_bytes = first.stat().st_size
                 runs.append(run)
                 print(f"rep {rep} {tool:9} wall {run['wall_s']:7.2f} s  cpu {run['cpu_s']:6.2f} s"
                       f"  ok {run['ok_hosts']}/{args.hosts}  rc {run['rc']}",
                       file=sys.stderr)  # fmt: skip
-        probe_out_bytes = (work / "openssh" / fleet.hosts["gpu01"].address).stat().st_size
 
     summary = {}
     for tool in tools:
