@@ -208,11 +208,11 @@ def main() -> int:
     out.write_text(json.dumps(result, indent=2) + "\n")
 
     print(f"{args.hosts} hosts x {args.profile}, -f {forks}, {args.reps} reps (median; min)")
-    print(f"{'tool':10} {'wall s':>15} {'controller CPU s':>19}  all ok")
+    print(f"{'tool':15} {'wall s':>15} {'controller CPU s':>19}  all ok")
     for tool, s in summary.items():
         wall = f"{s['wall_s_median']:7.2f} ({s['wall_s_min']:5.2f})"
         cpu = f"{s['cpu_s_median']:10.2f} ({s['cpu_s_min']:5.2f})"
-        print(f"{tool:10} {wall} {cpu}  {s['all_hosts_ok']}")
+        print(f"{tool:15} {wall} {cpu}  {s['all_hosts_ok']}")
     print(f"written {out}")
     return 0 if all(s["all_hosts_ok"] for s in summary.values()) else 1
 
