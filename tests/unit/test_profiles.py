@@ -7,6 +7,7 @@ here are the ones tests/fleet/profiles/README.md promises to the rules and fleet
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.model import Facts
+from gpufleet.model import Facts, to_jsonable
 from gpufleet.probes import parse_probe_output, probe_script
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "tests/fleet/profiles"
+GOLDEN = REPO / "tests/fixtures/golden/profiles"
 NAMES = sorted(p.name for p in PROFILES.iterdir() if (p / "bin").is_dir())
 HANG_TIMEOUT = 1  # the hang profile costs this many seconds
 TOOL_TIMEOUT = 10  # elsewhere: slack for a loaded CI machine; no stand-in should need it
@@ -292,3 +294,24 @@ def test_any_image_ref_is_present_but_the_absent_one() -> None:
     absent, _ = probe("h200x2", image="gpufleet/absent:never")
     assert absent.image is not None and absent.image.digests == ()
     assert "image" not in absent.errors
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_profile_facts_golden(facts: dict[str, Facts], name: str) -> None:
+    """The whole parsed Facts of each profile, for rules and reports to build on.
+
+    `os` is this machine's (the profiles do not simulate it) and is left out, and so are the
+    docker errors of no-nvidia-smi, which come from this machine's own docker client.
+    Regenerate with GPUFLEET_UPDATE_GOLDEN=1 and read the diff.
+    """
+    got = json.loads(json.dumps(to_jsonable(facts[name])))
+    got.pop("os")
+    if name == "no-nvidia-smi":
+        for family in ("docker", "image"):
+            got["errors"].pop(family)
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("GPUFLEET_UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
+    assert path.exists(), f"no golden file {path}; run with GPUFLEET_UPDATE_GOLDEN=1"
+    assert got == json.loads(path.read_text()), f"{name} facts differ from {path.name}"
