@@ -62,9 +62,7 @@ _RULES: tuple[RuleInfo, ...] = (
              "pid,name --format=csv`); drain the host in the scheduler and rerun"),
     RuleInfo("GF006", "error", "host check failed",
              "read the error for {host}; rerun `gpufleet check -l {host} -f 1` and watch stderr"),
-    RuleInfo("GF010", "info", "fact not collected",
-             "install the missing tool on {host} or fix its permissions; the facts it gives are "
-             "unknown until then"),
+    RuleInfo("GF010", "info", "fact not collected", "{hint}"),
     # ---------------------------------------------------------------- GF1xx desired state
     RuleInfo("GF101", "error", "driver version differs from nvidia_driver_version",
              _UPGRADE + " -e nvidia_driver_version={expected}"),
@@ -183,6 +181,24 @@ _RULES: tuple[RuleInfo, ...] = (
 )
 
 RULES: Mapping[str, RuleInfo] = {r.id: r for r in _RULES}
+
+# Per fact family (Facts.errors key), what usually brings the fact back (GF010's {hint}).
+FACT_HINTS: Mapping[str, str] = {
+    "nvidia_smi": "install or repair the driver: " + _SITE + " --tags nvidia_driver -l {host}",
+    "kernel_module": "load the driver (`modprobe nvidia`) or install it: "
+    + _SITE + " --tags nvidia_driver -l {host}",
+    "gpus": "run `nvidia-smi -q` on {host} and read its error",
+    "toolkit": "install the container toolkit: " + _SITE
+    + " --tags nvidia_container_toolkit -l {host}",
+    "docker": "install and start the engine: " + _SITE + " --tags container_runtime -l {host}",
+    "containerd": "install and start the engine: " + _SITE + " --tags container_runtime -l {host}",
+    "image": "pull the image: " + _SITE + " --tags pytorch_image -l {host}",
+    "nccl": "nothing to do unless jobs use the system NCCL: torch brings its own",
+    "probe": "rerun `gpufleet facts -l {host}` and read stderr; raise --timeout if the host is "
+    "slow",
+}
+FACT_HINT_DEFAULT = ("install the missing tool on {host} or fix its permissions; the facts it "
+                     "gives are unknown until then")
 
 # Per smoke check, the likely cause (GF601's {hint}).
 SMOKE_HINTS: Mapping[str, str] = {

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from gpufleet.model import Finding
 from gpufleet.rules.base import Ctx, finding
+from gpufleet.rules.catalog import FACT_HINT_DEFAULT, FACT_HINTS
 
 _BY_STATUS = {
     "unreachable": ("GF001", "unreachable"),
@@ -44,4 +45,5 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                     "GF010", [name], f"{name}: {family} not collected: {reason}",
                     {"family": family, "reason": reason, "subject": family},
                     severity="warning" if hung else None,
+                    hint=FACT_HINTS.get(family, FACT_HINT_DEFAULT).replace("{host}", name),
                 )
