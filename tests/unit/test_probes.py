@@ -538,3 +538,61 @@ def test_a_tool_that_ignores_term_is_killed(tmp_path: Path) -> None:
     assert facts.errors["docker"] == "docker hung (no answer in 1 s)"
     assert "end" in sections and facts.os.kernel == os.uname().release
     assert elapsed < 15, elapsed
+
+
+OLD_SMI = """#!/bin/sh
+# An older nvidia-smi: no clocks_event_reasons.* fields yet.
+case "$*" in
+  *clocks_event_reasons*)
+    echo 'Field "clocks_event_reasons.active" is not a valid field to query.'
+    exit 2 ;;
+  --query-gpu=*) printf '%s\\n' \\
+    'index, name, uuid, pci.bus_id, driver_version, clocks_throttle_reasons.active' \\
+    '0, Tesla V100-SXM2-32GB, GPU-aaaa, 00000000:18:00.0, 535.183.01, 0x0000000000000004' ;;
+  *) exit 0 ;;
+esac
+"""
+
+
+def test_an_unknown_query_field_falls_back_to_the_basic_query(tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(OLD_SMI)
+    smi.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    proc = subprocess.run(
+        ["sh", "-s", "--"], input=probe_script(), capture_output=True, text=True, env=env
+    )
+    sections = split_sections(proc.stdout)
+    assert (sections["query_gpu"].rc, sections["query_gpu_basic"].rc) == (2, 0)
+    facts = parse_probe_output(proc.stdout)
+    (gpu,) = facts.gpus
+    assert (gpu.name, gpu.bus_id, gpu.throttle_reasons) == (
+        "Tesla V100-SXM2-32GB",
+        "00000000:18:00.0",
+        ("sw_power_cap",),
+    )
+    assert facts.driver.version == "535.183.01"
+    assert not {"nvidia_smi", "gpus"} & facts.errors.keys()
+
+
+def test_gpus_come_from_q_when_both_queries_fail() -> None:
+    bad = read("bad-field.txt").split("\n\nexit")[0]
+    text = "\n".join(
+        [
+            "==gpufleet== meta rc=0",
+            "tool_timeout=10",
+            "==gpufleet== query_gpu rc=2",
+            bad,
+            "==gpufleet== query_gpu_basic rc=2",
+            bad,
+            "==gpufleet== nvidia_smi_q rc=0",
+            read("nvidia-smi-q.txt"),
+            "==gpufleet== end rc=0",
+        ]
+    )
+    facts = parse_probe_output(text)
+    assert [g.uuid for g in facts.gpus] == [
+        g.uuid for g in parse_query_gpu_csv(read("query-gpu.csv"))
+    ]
+    assert facts.gpus[1].remapped_rows_pending is False and facts.gpus[1].pcie_width_max == 16
+    assert facts.driver.version == "580.159.04" and facts.errors == {}
