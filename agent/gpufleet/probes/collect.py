@@ -66,12 +66,16 @@ def collect(
     *,
     timeout: float = 60.0,
     raw_sink: Callable[[str], None] | None = None,
-    tool_timeout: float = DEFAULT_TOOL_TIMEOUT,
+    tool_timeout: float | None = None,
 ) -> Facts:
     """Run the probe on one host (one transport.run) and parse it.
 
-    TransportError propagates: the caller maps it to the host's status.
+    tool_timeout bounds each tool on the host (default 10 s, less when `timeout` is short, so
+    one hung tool still leaves time for the others). TransportError propagates: the caller
+    maps it to the host's status.
     """
+    if tool_timeout is None:
+        tool_timeout = max(1.0, min(DEFAULT_TOOL_TIMEOUT, round(timeout / 6)))
     collected_at = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     result = transport.run(
         probe_args(spec, tool_timeout),
