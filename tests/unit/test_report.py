@@ -201,3 +201,9 @@ def test_unchecked_host_renders_in_every_format() -> None:
     for fmt in Format:
         assert "h" in render(r, fmt)
     assert re.search(r"timeout", render(r, Format.table))
+
+
+def test_docs_list_every_prometheus_metric(report: Report) -> None:
+    names = {f.name for f in text_string_to_metric_families(render(report, Format.prometheus))}
+    doc = (REPO / "docs" / "report.md").read_text()
+    assert names and all(f"`{n}`" in doc for n in names), names

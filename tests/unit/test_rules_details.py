@@ -209,3 +209,15 @@ def test_cpu_gloo_runs_are_not_judged_for_performance() -> None:
                for h, t, bw in (("a", 0.1, 1.0), ("b", 0.1, 1.0), ("c", 0.01, 0.1))},
               hosts=("a", "b", "c"), expectations={"gpu_count": None})
     assert {f.rule for f in evaluate(r, now=NOW)} & {"GF501", "GF502", "GF503"} == set()
+
+
+def test_multinode_busbw_judged_per_host_against_same_world_size() -> None:
+    pairs = {"a": ("a", "b"), "b": ("a", "b"), "c": ("c", "d"), "d": ("c", "d")}
+    bw = {"a": 90.0, "b": 91.0, "c": 89.5, "d": 40.0}
+    r = fleet({h: {"smoke": {"hosts": pairs[h], "busbw_gbps": {1 << 30: bw[h]}}} for h in pairs},
+              hosts=tuple(pairs), expectations={"min_busbw_gbps": 50.0})
+    assert [f.hosts for f in _only(r, "GF501")] == [("d",)]
+    (out,) = _only(r, "GF502")
+    assert out.hosts == ("d",) and out.evidence["world_hosts"] == 2
+    # Single-node runs of the same hosts are another cohort: 343.7 GB/s is not "fast" there.
+    assert _only(fleet(hosts=("a", "b", "c", "d")), "GF502") == []

@@ -32,7 +32,7 @@ def _digests(f: Facts) -> str | None:
 DIMENSIONS: tuple[tuple[str, str, Getter, Callable[[Expectations], bool], bool], ...] = (
     ("GF201", "driver", lambda f: f.driver.version,
      lambda e: bool(e.driver_version or e.driver_branch), True),
-    ("GF202", "cuda", lambda f: f.driver.cuda_version,
+    ("GF202", "driver_cuda", lambda f: f.driver.cuda_version,
      lambda e: bool(e.driver_version or e.driver_branch), True),
     ("GF203", "kernel", lambda f: f.os.kernel, lambda e: False, False),
     ("GF204", "toolkit", lambda f: f.toolkit_version, lambda e: bool(e.toolkit_version), True),

@@ -46,45 +46,45 @@ def _fmt_size(n: int) -> str:
 
 
 def check(ctx: Ctx) -> Iterator[Finding]:
-    worlds: dict[tuple[str, ...], tuple[dict[int, float], Facts, str]] = {}
+    # host -> (busbw by size, facts, hosts in its world). A multinode run reports each host's own
+    # busbw, so every host is judged on its own numbers, against peers of the same world size.
+    runs: dict[str, tuple[dict[int, float], Facts, int]] = {}
     # GPU runs only: a gloo run on CPU ranks (CI, CPU hosts) measures nothing a floor or a GPU
     # baseline is about.
     for h, s in ctx.with_smoke():
         if s.busbw_gbps and h.facts is not None and h.facts.gpus and s.backend != "gloo":
-            world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
-            worlds.setdefault(world, (dict(s.busbw_gbps), h.facts, h.name))
+            runs[h.name] = (dict(s.busbw_gbps), h.facts, max(len(s.hosts), 1))
     # Explicit floor, at the largest message size measured (small sizes measure latency).
-    for world, (bw, _f, first) in sorted(worlds.items()):
-        floor = ctx.expect(first).min_busbw_gbps
+    for name, (bw, _f, _n) in sorted(runs.items()):
+        floor = ctx.expect(name).min_busbw_gbps
         size = max(bw)
         if floor is not None and bw[size] < floor:
-            yield finding("GF501", world,
-                          f"{'+'.join(world)}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)} "
+            yield finding("GF501", [name],
+                          f"{name}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)} "
                           f"< floor {floor:g} GB/s",
                           {"busbw_gbps": bw[size], "bytes": size, "floor_gbps": floor,
                            "variable": "gpufleet_min_busbw_gbps"})
     # Fleet outliers per cohort, at the largest size every member measured.
-    cohorts: dict[tuple[str, str, int], list[tuple[tuple[str, ...], dict[int, float]]]] = (
-        defaultdict(list))
-    for world, (bw, f, _first) in worlds.items():
-        cohorts[(gpu_model(f), topology_signature(f), len(world))].append((world, bw))
-    for (model, topo, _n), members in sorted(cohorts.items()):
-        common = set.intersection(*(set(bw) for _w, bw in members))
+    cohorts: dict[tuple[str, str, int], list[tuple[str, dict[int, float]]]] = defaultdict(list)
+    for name, (bw, f, n) in runs.items():
+        cohorts[(gpu_model(f), topology_signature(f), n)].append((name, bw))
+    for (model, topo, n), members in sorted(cohorts.items()):
+        common = set.intersection(*(set(bw) for _h, bw in members))
         if not common:
             continue
         size = max(common)
-        stats = low_outliers([bw[size] for _w, bw in members])
+        stats = low_outliers([bw[size] for _h, bw in members])
         if stats is None:
             continue
         med, mad, limit = stats
-        for world, bw in sorted(members):
+        for name, bw in sorted(members):
             if bw[size] < limit:
-                yield finding("GF502", world,
-                              f"{'+'.join(world)}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)}, "
-                              f"fleet median {med:.1f} ({model}, {topo})",
+                yield finding("GF502", [name],
+                              f"{name}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)}, "
+                              f"fleet median {med:.1f} ({model}, {topo}, {n} host(s) a run)",
                               {"busbw_gbps": bw[size], "bytes": size, "median": med, "mad": mad,
                                "limit": limit, "gpu_model": model, "topology": topo,
-                               "peers": len(members)})
+                               "world_hosts": n, "peers": len(members)})
     # Matmul per GPU, pooled over every GPU of the same model.
     samples: dict[str, list[tuple[str, int, float]]] = defaultdict(list)
     for h, s in ctx.with_smoke():
