@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sshdlab import PORT, Lab, keygen
 
 from gpufleet.model import HostSpec
 from gpufleet.transport import TransportError, connect
-from tests.transport.conftest import PORT, Lab, keygen
 
 
 def spec(lab: Lab, **kw: object) -> HostSpec:
@@ -123,6 +123,7 @@ def test_timeout_kills_the_whole_process_group_on_the_host(lab: Lab) -> None:
         assert t.run(["true"], timeout=5).rc == 0
 
 
+@pytest.mark.slow
 def test_dropped_connection_still_ends_the_command_on_the_host(lab: Lab) -> None:
     lab.known_hosts(lab.target)
     t = connect(spec(lab))
