@@ -158,30 +158,32 @@ def proc_version(version: str, open_module: bool = True) -> str:
 
 def base_h200x2() -> Profile:
     p = Profile("h200x2", "the real 2xH200 capture, healthy")
-    p.files.update({
-        "smi.txt": read("nvidia-smi.txt"),
-        "L.txt": read("nvidia-smi-L.txt"),
-        "q.txt": read("nvidia-smi-q.txt"),
-        "topo.txt": read("topo-m.txt"),
-        "nvlink-s.txt": read("nvlink-s.txt"),
-        "query-gpu.csv": read("query-gpu.csv"),
-        "compute-apps.csv": APPS_HEADER,
-        "bad-field.txt": read("bad-field.txt").split("\n\nexit")[0].rstrip("\n") + "\n",
-        "d-fabric.txt": read("q-d-fabric.txt").split("\nexit")[0] + "\n",
-        "invalid.txt": "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n",
-        "kernel-log.txt": kernel_log(),
-        "ldconfig.tmpl": ldconfig_text(),
-        "lspci.txt": "00:06.0 0302: 10de:2335 (rev a1)\n00:07.0 0302: 10de:2335 (rev a1)\n",
-        "ctk.txt": "NVIDIA Container Toolkit CLI version 1.19.1\ncommit: 2b6c5ff0c6e7d4cd1a09d1e3a4fa0d5d1c3e1f44\n",
-        "containerd.txt": "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da\n",
-        "docker-info.json": (
-            '{"ServerVersion":"28.2.2","DefaultRuntime":"nvidia","Runtimes":'
-            '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},'
-            '"runc":{"path":"runc"}}}\n'
-        ),
-        "digests.tmpl": f'["@REPO@@{IMAGE_DIGEST}"]\n',
-        "no-such-image.txt": "Error response from daemon: No such image (simulated host)\n",
-    })
+    p.files.update(
+        {
+            "smi.txt": read("nvidia-smi.txt"),
+            "L.txt": read("nvidia-smi-L.txt"),
+            "q.txt": read("nvidia-smi-q.txt"),
+            "topo.txt": read("topo-m.txt"),
+            "nvlink-s.txt": read("nvlink-s.txt"),
+            "query-gpu.csv": read("query-gpu.csv"),
+            "compute-apps.csv": APPS_HEADER,
+            "bad-field.txt": read("bad-field.txt").split("\n\nexit")[0].rstrip("\n") + "\n",
+            "d-fabric.txt": read("q-d-fabric.txt").split("\nexit")[0] + "\n",
+            "invalid.txt": "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n",
+            "kernel-log.txt": kernel_log(),
+            "ldconfig.tmpl": ldconfig_text(),
+            "lspci.txt": "00:06.0 0302: 10de:2335 (rev a1)\n00:07.0 0302: 10de:2335 (rev a1)\n",
+            "ctk.txt": "NVIDIA Container Toolkit CLI version 1.19.1\ncommit: 2b6c5ff0c6e7d4cd1a09d1e3a4fa0d5d1c3e1f44\n",
+            "containerd.txt": "containerd containerd.io 1.7.27 05044ec0a9a75232cad458027ca83437aae3f4da\n",
+            "docker-info.json": (
+                '{"ServerVersion":"28.2.2","DefaultRuntime":"nvidia","Runtimes":'
+                '{"io.containerd.runc.v2":{"path":"runc"},"nvidia":{"path":"nvidia-container-runtime"},'
+                '"runc":{"path":"runc"}}}\n'
+            ),
+            "digests.tmpl": f'["@REPO@@{IMAGE_DIGEST}"]\n',
+            "no-such-image.txt": "Error response from daemon: No such image (simulated host)\n",
+        }
+    )
     p.links = {
         "libnccl.so.2": "libnccl.so.2.28.3",
         "libnvidia-ml.so.1": f"libnvidia-ml.so.{DRIVER}",
@@ -311,8 +313,10 @@ def build_h200x8(gpus: tuple[int, ...] = tuple(range(8))) -> Profile:
         listing.append(f"GPU {n}: NVIDIA H200 (UUID: {hgx_uuid(phys)})")
         nvlink.append(f"GPU {n}: NVIDIA H200 (UUID: {hgx_uuid(phys)})")
         nvlink.extend(f"\t Link {k}: 26.562 GB/s" for k in range(18))
-    head = head.replace("Attached GPUs                                          : 2",
-                        f"Attached GPUs                                          : {len(gpus)}")
+    head = head.replace(
+        "Attached GPUs                                          : 2",
+        f"Attached GPUs                                          : {len(gpus)}",
+    )
     p.files["q.txt"] = head + "".join(q_out)
     p.files["query-gpu.csv"] = csv_lines[0] + "\n" + "\n".join(csv_rows) + "\n"
     p.files["smi.txt"] = "\n".join(smi_lines[:8] + smi_rows + smi_lines[16:]) + "\n"
@@ -342,7 +346,9 @@ def hgx_topo(count: int, phys: tuple[int, ...]) -> str:
             return "PIX"
         return "NODE" if socket[g] == (0 if n < 4 else 1) else "SYS"
 
-    out = ["\t\x1b[4m" + "\t".join([*cols, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]) + "\x1b[0m"]
+    out = [
+        "\t\x1b[4m" + "\t".join([*cols, "CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]) + "\x1b[0m"
+    ]
     for g in range(count):
         cells = [" X " if g == h else "NV18" for h in range(count)]
         cells += [nic_link(g, n) for n in range(8)]
@@ -353,16 +359,31 @@ def hgx_topo(count: int, phys: tuple[int, ...]) -> str:
         out.append("\t".join([nics[n], *cells]))
     legend = read("topo-m.txt").split("Legend:", 1)[1]
     nic_legend = "\n".join(f"  NIC{i}: mlx5_{i}" for i in range(8))
-    return "\n".join(out) + "\n\nLegend:" + legend.rstrip("\n") + "\n\nNIC Legend:\n\n" + nic_legend + "\n\n"
+    return (
+        "\n".join(out)
+        + "\n\nLegend:"
+        + legend.rstrip("\n")
+        + "\n\nNIC Legend:\n\n"
+        + nic_legend
+        + "\n\n"
+    )
 
 
 # --------------------------------------------------------------------------- the profiles
 
 
-def variant(name: str, about: str, edit: Callable[[Profile], None], base: Profile | None = None) -> Profile:
+def variant(
+    name: str, about: str, edit: Callable[[Profile], None], base: Profile | None = None
+) -> Profile:
     start = base or base_h200x2()
-    p = replace(start, name=name, about=about, files=dict(start.files),
-                index={k: list(v) for k, v in start.index.items()}, links=dict(start.links))
+    p = replace(
+        start,
+        name=name,
+        about=about,
+        files=dict(start.files),
+        index={k: list(v) for k, v in start.index.items()},
+        links=dict(start.links),
+    )
     edit(p)
     return p
 
@@ -391,7 +412,7 @@ def no_nvidia_smi(p: Profile) -> None:
         p.index.pop(tool, None)
     p.files = {
         "kernel-log.txt": "[    0.000000] Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org)\n"
-                          "[    1.234567] e1000e 0000:00:1f.6 eth0: NIC Link is Up 1000 Mbps Full Duplex\n",
+        "[    1.234567] e1000e 0000:00:1f.6 eth0: NIC Link is Up 1000 Mbps Full Duplex\n",
         "ldconfig.tmpl": "\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6\n",
         "lspci.txt": "",
     }
@@ -404,19 +425,27 @@ def nvidia_smi_hang(p: Profile) -> None:
 
 
 def ecc_remap(p: Profile) -> None:
-    csv_edit(p, 1, {
-        "ecc.errors.uncorrected.volatile.total": "2",
-        "ecc.errors.uncorrected.aggregate.total": "7",
-        "remapped_rows.pending": "Yes",
-        "remapped_rows.failure": "Yes",
-    })
-    q_edit(p, 1, {
-        ("ECC Errors", "Volatile", "DRAM Uncorrectable"): "2",
-        ("ECC Errors", "Aggregate", "DRAM Uncorrectable"): "7",
-        ("Remapped Rows", "Uncorrectable Error"): "7",
-        ("Remapped Rows", "Pending"): "Yes",
-        ("Remapped Rows", "Remapping Failure Occurred"): "Yes",
-    })
+    csv_edit(
+        p,
+        1,
+        {
+            "ecc.errors.uncorrected.volatile.total": "2",
+            "ecc.errors.uncorrected.aggregate.total": "7",
+            "remapped_rows.pending": "Yes",
+            "remapped_rows.failure": "Yes",
+        },
+    )
+    q_edit(
+        p,
+        1,
+        {
+            ("ECC Errors", "Volatile", "DRAM Uncorrectable"): "2",
+            ("ECC Errors", "Aggregate", "DRAM Uncorrectable"): "7",
+            ("Remapped Rows", "Uncorrectable Error"): "7",
+            ("Remapped Rows", "Pending"): "Yes",
+            ("Remapped Rows", "Remapping Failure Occurred"): "Yes",
+        },
+    )
 
 
 XID_LINES = (
@@ -433,18 +462,22 @@ def xid(p: Profile) -> None:
 
 def pcie_degraded(p: Profile) -> None:
     csv_edit(p, 1, {"pcie.link.gen.current": "4", "pcie.link.width.current": "8"})
-    q_edit(p, 1, {
-        ("PCI", "GPU Link Info", "PCIe Generation", "Current"): "4",
-        ("PCI", "GPU Link Info", "PCIe Generation", "Device Current"): "4",
-        ("PCI", "GPU Link Info", "Link Width", "Current"): "8x",
-    })
+    q_edit(
+        p,
+        1,
+        {
+            ("PCI", "GPU Link Info", "PCIe Generation", "Current"): "4",
+            ("PCI", "GPU Link Info", "PCIe Generation", "Device Current"): "4",
+            ("PCI", "GPU Link Info", "Link Width", "Current"): "8x",
+        },
+    )
 
 
 def nvlink_down(p: Profile) -> None:
     lines = p.files["nvlink-s.txt"].splitlines()
-    p.files["nvlink-s.txt"] = "\n".join(
-        re.sub(r"Link (3|11): .*", r"Link \1: <inactive>", line) for line in lines
-    ) + "\n"
+    p.files["nvlink-s.txt"] = (
+        "\n".join(re.sub(r"Link (3|11): .*", r"Link \1: <inactive>", line) for line in lines) + "\n"
+    )
     p.files["topo.txt"] = p.files["topo.txt"].replace("NV18", "NV16")
 
 
@@ -452,12 +485,15 @@ def persistence_off(p: Profile) -> None:
     for gpu in (0, 1):
         csv_edit(p, gpu, {"persistence_mode": "Disabled"})
         q_edit(p, gpu, {("Persistence Mode",): "Disabled"})
-    p.files["smi.txt"] = p.files["smi.txt"].replace("NVIDIA H200                    On  |",
-                                                    "NVIDIA H200                    Off |")
+    p.files["smi.txt"] = p.files["smi.txt"].replace(
+        "NVIDIA H200                    On  |", "NVIDIA H200                    Off |"
+    )
 
 
 def old_toolkit(p: Profile) -> None:
-    p.files["ctk.txt"] = "NVIDIA Container Toolkit CLI version 1.16.1\ncommit: a470818ba7d9166be282cd0039dd2fc9b0a34d73\n"
+    p.files["ctk.txt"] = (
+        "NVIDIA Container Toolkit CLI version 1.16.1\ncommit: a470818ba7d9166be282cd0039dd2fc9b0a34d73\n"
+    )
 
 
 def wrong_digest(p: Profile) -> None:
@@ -472,8 +508,10 @@ def busy(p: Profile) -> None:
 
 def fabric_incomplete(p: Profile) -> None:
     head, blocks = q_blocks(p.files["q.txt"])
-    blocks = [q_set(q_set(b, ("Fabric", "State"), "In Progress"), ("Fabric", "Status"), "N/A")
-              for b in blocks]
+    blocks = [
+        q_set(q_set(b, ("Fabric", "State"), "In Progress"), ("Fabric", "Status"), "N/A")
+        for b in blocks
+    ]
     p.files["q.txt"] = head + "".join(blocks)
     p.tool("pgrep", "1 - - -x nv-fabricmanager", "real - - *")
 
@@ -499,10 +537,18 @@ def profiles() -> list[Profile]:
         variant("old-toolkit", "nvidia-ctk 1.16.1", old_toolkit),
         variant("wrong-digest", "the image is present with another digest", wrong_digest),
         variant("busy", "python3 (pid 48213) computing on GPU 0", busy),
-        variant("fabric-incomplete", "h200x8, fabric In Progress, fabric manager stopped",
-                fabric_incomplete, h200x8),
-        variant("gpu-missing", "h200x8 with 7 GPUs visible (physical GPU 5 gone)", keep,
-                build_h200x8((0, 1, 2, 3, 4, 6, 7))),
+        variant(
+            "fabric-incomplete",
+            "h200x8, fabric In Progress, fabric manager stopped",
+            fabric_incomplete,
+            h200x8,
+        ),
+        variant(
+            "gpu-missing",
+            "h200x8 with 7 GPUs visible (physical GPU 5 gone)",
+            keep,
+            build_h200x8((0, 1, 2, 3, 4, 6, 7)),
+        ),
     ]
 
 
