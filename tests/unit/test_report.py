@@ -196,6 +196,16 @@ def test_redaction_patterns() -> None:
     assert redact("driver 580.159.04 token_count 3") == "driver 580.159.04 token_count 3"
 
 
+def test_secret_in_a_mapping_is_redacted_by_its_key() -> None:
+    r = fleet({"gpu02": {"smoke": {"status": "fail", "checks": (SmokeCheck(
+        "versions", False, "x", {"env": {"WANDB_API_KEY": "k-123", "NCCL_DEBUG": "INFO"}}),)}}})
+    r = dataclasses.replace(r, findings=evaluate(r, now=NOW))
+    doc = json.loads(render(r, Format.json))
+    env = doc["hosts"]["gpu02"]["smoke"]["checks"][0]["data"]["env"]
+    assert env == {"WANDB_API_KEY": "***", "NCCL_DEBUG": "INFO"}
+    assert "k-123" not in render(r, Format.json)
+
+
 def test_unchecked_host_renders_in_every_format() -> None:
     r = Report(hosts={"h": HostResult("h", "timeout", "probe timed out after 30 s")})
     for fmt in Format:

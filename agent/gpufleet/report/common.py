@@ -38,6 +38,9 @@ _MAYBE_SECRET = re.compile(
 )
 
 
+_SECRET_KEY = re.compile(r"(?i)token|secret|passw|api_?key|access_key|credential")
+
+
 def redact(text: str) -> str:
     if not _MAYBE_SECRET.search(text):
         return text
@@ -52,7 +55,9 @@ def _clean(obj: Any) -> Any:
     if isinstance(obj, float) and not math.isfinite(obj):
         return None  # JSON has no NaN/Infinity
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        # An environment captured as a mapping: the key names the secret, the value is it.
+        return {k: "***" if isinstance(v, str) and v and _SECRET_KEY.search(k) else _clean(v)
+                for k, v in obj.items()}
     if isinstance(obj, list):
         return [_clean(v) for v in obj]
     return obj
