@@ -211,6 +211,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         connect_timeout=args.connect_timeout, probe_timeout=args.timeout,
         smoke_timeout=args.smoke_timeout or SMOKE_TIMEOUT.get(args.level, 300.0),
         accept_new_host_keys=args.accept_new_host_keys, raw_dir=args.save_raw,
+        smoke_without_gpu=bool(args.inventory),
     )
     report = Report(hosts=results, specs={s.name: s for s in specs}, generated_at=_now(),
                     level=args.level)

@@ -73,11 +73,14 @@ def run_check(
     accept_new_host_keys: bool = False,
     raw_dir: Path | None = None,
     progress: bool | None = None,
+    smoke_without_gpu: bool = True,
 ) -> dict[str, HostResult]:
     """Facts, then the smoke test at `level` ("facts" = none) on every host whose status is ok.
 
     Single-node: each host runs its own smoke on the connection that collected its facts.
     Multinode: every reachable host joins one world (gpufleet.smoke.runner.run_multinode).
+    smoke_without_gpu=False skips hosts without nvidia-smi (the no-inventory "this machine"
+    case: a laptop or CI box has nothing to smoke-test); otherwise they run CPU/gloo ranks.
     """
     if level == "facts":
         return gather_facts(specs, forks=forks, connect_timeout=connect_timeout,
@@ -98,6 +101,10 @@ def run_check(
         keep = False
         try:
             facts = _probe(transport, spec, probe_timeout, raw_dir)
+            reason = None if smoke_without_gpu else _no_gpu(facts)
+            if reason:
+                skipped = SmokeResult(status="skipped", level=level, error=reason)
+                return HostResult(name=spec.name, status="ok", facts=facts, smoke=skipped)
             if multinode:
                 keep = True
                 with lock:
@@ -135,6 +142,13 @@ def run_check(
     finally:
         for transport in held.values():
             transport.close()
+
+
+def _no_gpu(facts: Facts) -> str | None:
+    why = facts.errors.get("nvidia_smi", "")
+    if facts.gpus or "not found" not in why:
+        return None
+    return f"no NVIDIA GPU ({why}): nothing to smoke-test"
 
 
 def _smoke_guarded(level: str, run: Callable[[], SmokeResult]) -> SmokeResult:

@@ -51,10 +51,14 @@ def test_facts_json_follows_the_report_contract(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not NO_GPU, reason="the no-GPU verdict needs a machine without nvidia-smi")
-def test_check_facts_level_on_a_machine_without_gpus_exits_0() -> None:
-    r = cli("check", "--level", "facts")
+def test_check_on_a_machine_without_gpus_says_so_and_exits_0() -> None:
+    r = cli("check", "--format", "json")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "nvidia-smi: not found" in r.stdout + r.stderr
+    host = json.loads(r.stdout)["hosts"]["localhost"]
+    assert host["facts"]["errors"]["nvidia_smi"] == "nvidia-smi: not found"
+    assert host["smoke"]["status"] == "skipped"
+    assert "no NVIDIA GPU (nvidia-smi: not found)" in host["smoke"]["error"]
+    assert "localhost: no NVIDIA GPU (nvidia-smi: not found)" in r.stderr
 
 
 def test_bad_inventory_exits_2_with_ansibles_message(tmp_path: Path) -> None:

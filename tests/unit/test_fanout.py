@@ -155,6 +155,20 @@ def test_check_runs_smoke_only_where_facts_are_ok(monkeypatch: pytest.MonkeyPatc
     assert results["nowhere"].smoke is None
 
 
+def test_hosts_without_nvidia_smi_can_skip_the_smoke(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_gpu = Facts(errors={"nvidia_smi": "nvidia-smi: not found"})
+    monkeypatch.setattr(gpufleet.probes, "collect", Recorder(lambda s: no_gpu))
+
+    def run_smoke(*args: object, **kwargs: object) -> SmokeResult:
+        raise AssertionError("the smoke test must not run on a host without GPUs here")
+
+    monkeypatch.setattr(runner, "run_smoke", run_smoke)
+    results = fleet.run_check(SPECS[:1], level="quick", progress=False, smoke_without_gpu=False)
+    smoke = results["h00"].smoke
+    assert smoke is not None and smoke.status == "skipped"
+    assert smoke.error == "no NVIDIA GPU (nvidia-smi: not found): nothing to smoke-test"
+
+
 def test_multinode_gets_every_reachable_host_with_open_transports(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
