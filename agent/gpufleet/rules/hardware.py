@@ -41,7 +41,11 @@ def xid_in_window(ev: XidEvent, now: datetime, hours: int = data.XID_WINDOW_HOUR
     return ref - when <= timedelta(hours=hours)
 
 
-def _gpus(h: HostResult, f: Facts) -> Iterator[Finding]:
+def _below(current: int | None, maximum: int | None) -> bool:
+    return current is not None and maximum is not None and current < maximum
+
+
+def _gpus(h: HostResult, f: Facts, mig_expected: bool) -> Iterator[Finding]:
     name = h.name
     for g in f.gpus:
         ev = {"gpu": g.index, "uuid": g.uuid, "serial": g.serial, "bus_id": g.bus_id,
@@ -68,8 +72,7 @@ def _gpus(h: HostResult, f: Facts) -> Iterator[Finding]:
                           ev, gpu=g.index)
         gen = (g.pcie_gen_current, g.pcie_gen_max)
         width = (g.pcie_width_current, g.pcie_width_max)
-        slow_gen = None not in gen and gen[0] < gen[1]  # type: ignore[operator]
-        narrow = None not in width and width[0] < width[1]  # type: ignore[operator]
+        slow_gen, narrow = _below(*gen), _below(*width)
         reasons = throttle_reasons(g)
         if narrow or slow_gen:
             # An idle GPU may drop its link generation to save power; the width never drops.
@@ -82,7 +85,7 @@ def _gpus(h: HostResult, f: Facts) -> Iterator[Finding]:
         if g.persistence_mode is False:
             yield finding("GF409", [name], f"{name} GPU {g.index}: persistence mode off",
                           ev, gpu=g.index)
-        if (g.mig_mode or "").lower() == "enabled":
+        if (g.mig_mode or "").lower() == "enabled" and not mig_expected:
             yield finding("GF410", [name], f"{name} GPU {g.index}: MIG enabled", ev, gpu=g.index)
         bad = sorted(set(reasons) & data.THROTTLE_BAD)
         if bad:
@@ -94,10 +97,7 @@ def _gpus(h: HostResult, f: Facts) -> Iterator[Finding]:
 def check(ctx: Ctx) -> Iterator[Finding]:
     for h, f in ctx.with_facts():
         name = h.name
-        mig_expected = ctx.expect(name).mig_expected
-        for fnd in _gpus(h, f):
-            if fnd.rule != "GF410" or not mig_expected:
-                yield fnd
+        yield from _gpus(h, f, ctx.expect(name).mig_expected)
         s = h.smoke
         if s is not None and s.device_count is not None and f.gpu_count > 0 and (
             s.device_count < f.gpu_count
