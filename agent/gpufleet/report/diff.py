@@ -9,7 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.report.common import busbw_largest, fmt_bytes, versions
+from gpufleet.report.common import (
+    SEVERITIES,
+    busbw_largest,
+    fmt_bytes,
+    summarize_doc,
+    versions,
+)
 
 # busbw changes smaller than this fraction are run-to-run noise.
 BUSBW_CHANGE = 0.10
@@ -36,6 +42,11 @@ def diff_reports(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     old_f, new_f = _findings(old), _findings(new)
     lines = [f"gpufleet diff: {old.get('generated_at') or 'old'} -> "
              f"{new.get('generated_at') or 'new'}"]
+    before, after = (d.get("summary") or summarize_doc(d) for d in (old, new))
+    moved = [f"{sev} {before['findings'][sev]} -> {after['findings'][sev]}"
+             for sev in SEVERITIES if before["findings"][sev] != after["findings"][sev]]
+    if moved:
+        lines.append("findings: " + ", ".join(moved))
     unchanged: list[str] = []
     for name in sorted(set(old_h) | set(new_h)):
         if name not in new_h:
@@ -69,7 +80,7 @@ def diff_reports(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
             lines.extend(changes)
         elif name in old_h:
             unchanged.append(name)
-    if len(lines) == 1:
+    if len(lines) == 1 + bool(moved):
         lines.append("no changes")
     elif unchanged:
         lines.append(f"unchanged: {', '.join(unchanged)}")

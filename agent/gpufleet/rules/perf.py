@@ -81,7 +81,8 @@ def check(ctx: Ctx) -> Iterator[Finding]:
             if bw[size] < limit:
                 yield finding("GF502", [name],
                               f"{name}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)}, "
-                              f"fleet median {med:.1f} ({model}, {topo}, {n} host(s) a run)",
+                              f"fleet median {med:.1f} ({model}, {topo}, "
+                              f"{'single-host' if n == 1 else f'{n}-host'} runs)",
                               {"busbw_gbps": bw[size], "bytes": size, "median": med, "mad": mad,
                                "limit": limit, "gpu_model": model, "topology": topo,
                                "world_hosts": n, "peers": len(members)})
