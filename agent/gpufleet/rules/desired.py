@@ -58,12 +58,14 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                     expected=e.pytorch_image_digest, image=e.pytorch_image or "IMAGE",
                 )
         if e.gpu_count is not None and f.gpu_count != e.gpu_count:
+            smi_error = f.errors.get("nvidia_smi") or f.errors.get("gpus")
+            listed = (f"nvidia-smi listed no GPUs ({smi_error})" if smi_error and not f.gpus
+                      else f"nvidia-smi lists {f.gpu_count} GPU(s)")
             yield finding(
-                "GF106", [name],
-                f"{name}: nvidia-smi lists {f.gpu_count} GPU(s), inventory expects {e.gpu_count}",
+                "GF106", [name], f"{name}: {listed}, inventory expects {e.gpu_count}",
                 {"actual": f.gpu_count, "expected": e.gpu_count,
                  "variable": "gpufleet_expected_gpu_count",
-                 "nvidia_smi_error": f.errors.get("nvidia_smi")},
+                 "nvidia_smi_error": smi_error},
             )
         engine = e.container_engine
         if engine == "docker" and (f.docker is None or not f.docker.server_version):
