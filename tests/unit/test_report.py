@@ -10,6 +10,8 @@ import dataclasses
 import json
 import os
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -217,3 +219,19 @@ def test_docs_list_every_prometheus_metric(report: Report) -> None:
     names = {f.name for f in text_string_to_metric_families(render(report, Format.prometheus))}
     doc = (REPO / "docs" / "report.md").read_text()
     assert names and all(f"`{n}`" in doc for n in names), names
+
+
+def test_xsd_accepts_junit_written_by_pytest(tmp_path: Path) -> None:
+    # The schema is not shaped around our renderer: another producer's JUnit XML validates too.
+    (tmp_path / "test_x.py").write_text(
+        "import pytest\n"
+        "def test_ok(): pass\n"
+        "def test_bad(): assert 1 == 2\n"
+        "@pytest.mark.skip(reason='n/a')\n"
+        "def test_skip(): pass\n")
+    out = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={out}", "-o", "addopts=", str(tmp_path / "test_x.py")],
+                   cwd=tmp_path, capture_output=True, check=False, timeout=120)
+    xmlschema.XMLSchema(GOLDEN / "junit-jenkins.xsd").validate(str(out))
+    assert ET.parse(out).getroot().find("testsuite").get("failures") == "1"  # type: ignore[union-attr]
