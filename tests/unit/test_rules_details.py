@@ -221,3 +221,14 @@ def test_multinode_busbw_judged_per_host_against_same_world_size() -> None:
     assert out.hosts == ("d",) and out.evidence["world_hosts"] == 2
     # Single-node runs of the same hosts are another cohort: 343.7 GB/s is not "fast" there.
     assert _only(fleet(hosts=("a", "b", "c", "d")), "GF502") == []
+
+
+def test_repeated_xids_are_one_finding_with_a_count() -> None:
+    flaps = [XidEvent(79, f"[ {100 + i}.0]", "0000:00:07.0", "fallen off the bus")
+             for i in range(300)]
+    evs = (*flaps, XidEvent(13, "[ 5.0]", "0000:00:06.0", "exception"))
+    found = evaluate(fleet({"gpu02": {"facts": {"xid_events": evs}}}), now=NOW)
+    (crit,) = [f for f in found if f.rule == "GF405"]
+    assert crit.evidence["count"] == 300 and crit.evidence["first"] == "[ 100.0]"
+    assert "x300" in crit.message
+    assert [f.rule for f in found if f.rule == "GF406"] == ["GF406"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
@@ -105,19 +106,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
             yield finding("GF401", [name],
                           f"{name}: torch sees {s.device_count} GPU(s), nvidia-smi {f.gpu_count}",
                           {"torch": s.device_count, "nvidia_smi": f.gpu_count})
-        for ev in f.xid_events:
-            recent = xid_in_window(ev, ctx.now)
-            critical = ev.xid in data.CRITICAL_XIDS and recent
-            evidence = {"xid": ev.xid, "timestamp": ev.timestamp, "bus_id": ev.bus_id,
-                        "message": ev.message, "window_hours": data.XID_WINDOW_HOURS,
-                        "source": data.XID_SOURCE, "subject": f"xid{ev.xid}@{ev.bus_id}"}
-            rule = "GF405" if critical else "GF406"
-            yield finding(rule, [name],
-                          f"{name}: XID {ev.xid} on {ev.bus_id or '?'} at {ev.timestamp or '?'}"
-                          + ("" if recent else " (outside the window)") + f": {ev.message}",
-                          evidence,
-                          hint=data.XID_HINTS.get(ev.xid, f"XID {ev.xid}: drain the host and "
-                                                  "run `dcgmi diag -r 3`"))
+        yield from _xids(ctx, name, f)
         for links in f.nvlink:
             down = [lk.link for lk in links.links if not lk.active]
             if down:
@@ -143,3 +132,24 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                                "status": {str(k): v for k, v in failed.items()},
                                "manager_running": fab.manager_running,
                                "nvswitch_count": fab.nvswitch_count})
+
+
+def _xids(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
+    """One finding per XID, GPU and recency: a flapping GPU logs the same XID hundreds of times."""
+    groups: dict[tuple[int, str | None, bool], list[XidEvent]] = defaultdict(list)
+    for ev in f.xid_events:
+        groups[(ev.xid, ev.bus_id, xid_in_window(ev, ctx.now))].append(ev)
+    for (xid, bus, recent), events in sorted(groups.items(),
+                                             key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
+        last = events[-1]
+        times = f" x{len(events)}, last" if len(events) > 1 else ""
+        yield finding(
+            "GF405" if xid in data.CRITICAL_XIDS and recent else "GF406", [name],
+            f"{name}: XID {xid} on {bus or '?'}{times} at {last.timestamp or '?'}"
+            + ("" if recent else " (outside the window)") + f": {last.message}",
+            {"xid": xid, "bus_id": bus, "count": len(events), "first": events[0].timestamp,
+             "last": last.timestamp, "message": last.message, "recent": recent,
+             "window_hours": data.XID_WINDOW_HOURS, "source": data.XID_SOURCE,
+             "subject": f"xid{xid}@{bus}{'' if recent else '-old'}"},
+            hint=data.XID_HINTS.get(xid, f"XID {xid}: drain the host and run `dcgmi diag -r 3`"),
+        )
