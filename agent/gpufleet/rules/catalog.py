@@ -147,7 +147,7 @@ _RULES: tuple[RuleInfo, ...] = (
              "`nvidia-smi nvlink -s -i {gpu}` on {host}; reset the GPU, check the fabric "
              "manager; RMA the baseboard if links stay down"),
     RuleInfo("GF409", "warning", "persistence mode off",
-             "`nvidia-smi -pm 1` on {host}, or enable nvidia-persistenced: "
+             "`nvidia-smi -pm 1` on {host} (GPUs {gpu}), or enable nvidia-persistenced: "
              + _SITE + " --tags nvidia_driver -l {host}"),
     RuleInfo("GF410", "warning", "MIG enabled where not expected",
              "`nvidia-smi -i {gpu} -mig 0` then reset the GPU on {host}, or set "

@@ -46,7 +46,7 @@ def _below(current: int | None, maximum: int | None) -> bool:
     return current is not None and maximum is not None and current < maximum
 
 
-def _gpus(h: HostResult, f: Facts, mig_expected: bool) -> Iterator[Finding]:
+def _gpus(h: HostResult, f: Facts) -> Iterator[Finding]:
     name = h.name
     for g in f.gpus:
         ev = {"gpu": g.index, "uuid": g.uuid, "serial": g.serial, "bus_id": g.bus_id,
@@ -83,11 +83,6 @@ def _gpus(h: HostResult, f: Facts, mig_expected: bool) -> Iterator[Finding]:
                           f"max Gen{gen[1]} x{width[1]}" + (" (idle)" if idle_only else ""),
                           ev | {"gen": list(gen), "width": list(width)},
                           severity="info" if idle_only else None, gpu=g.index)
-        if g.persistence_mode is False:
-            yield finding("GF409", [name], f"{name} GPU {g.index}: persistence mode off",
-                          ev, gpu=g.index)
-        if (g.mig_mode or "").lower() == "enabled" and not mig_expected:
-            yield finding("GF410", [name], f"{name} GPU {g.index}: MIG enabled", ev, gpu=g.index)
         bad = sorted(set(reasons) & data.THROTTLE_BAD)
         if bad:
             yield finding("GF411", [name],
@@ -95,10 +90,27 @@ def _gpus(h: HostResult, f: Facts, mig_expected: bool) -> Iterator[Finding]:
                           ev | {"reasons": list(reasons), "mask": g.throttle_mask}, gpu=g.index)
 
 
+def _settings(name: str, f: Facts, mig_expected: bool) -> Iterator[Finding]:
+    """Per-host settings: one finding naming every GPU, not eight findings for one setting."""
+    off = [g.index for g in f.gpus if g.persistence_mode is False]
+    if off:
+        yield finding("GF409", [name], f"{name}: persistence mode off on GPU(s) {_ids(off)}",
+                      {"gpus": off}, gpu=_ids(off))
+    mig = [g.index for g in f.gpus if (g.mig_mode or "").lower() == "enabled"]
+    if mig and not mig_expected:
+        yield finding("GF410", [name], f"{name}: MIG enabled on GPU(s) {_ids(mig)}",
+                      {"gpus": mig}, gpu=_ids(mig))
+
+
+def _ids(indexes: list[int]) -> str:
+    return ",".join(str(i) for i in indexes)
+
+
 def check(ctx: Ctx) -> Iterator[Finding]:
     for h, f in ctx.with_facts():
         name = h.name
-        yield from _gpus(h, f, ctx.expect(name).mig_expected)
+        yield from _gpus(h, f)
+        yield from _settings(name, f, ctx.expect(name).mig_expected)
         s = h.smoke
         if s is not None and s.device_count is not None and f.gpu_count > 0 and (
             s.device_count < f.gpu_count
