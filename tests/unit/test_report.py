@@ -26,6 +26,7 @@ from gpufleet.report import (
     Format,
     document,
     exit_code,
+    json_schema,
     redact,
     render,
     render_doc,
@@ -104,6 +105,7 @@ def test_schema_rejects_a_bad_finding(report: Report) -> None:
 
 def test_schema_published_in_docs_is_the_packaged_one() -> None:
     assert (REPO / "docs" / "schema" / "report-v1.json").read_text() == SCHEMA.read_text()
+    assert json_schema() == json.loads(SCHEMA.read_text())
 
 
 def test_junit_validates_against_xsd_and_counts(report: Report) -> None:

@@ -7,14 +7,17 @@ redacted) into text, so a saved JSON report renders exactly like a live one (`re
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Mapping
+from importlib import resources
 from typing import Any
 
 from gpufleet.model import Report
 from gpufleet.report import html, jsonfmt, junit, markdown, prometheus, table
 from gpufleet.report.common import document, exit_code, redact, summarize, summarize_doc
 
-__all__ = ["Format", "document", "exit_code", "redact", "render", "render_doc", "summarize"]
+__all__ = ["Format", "document", "exit_code", "json_schema", "redact", "render", "render_doc",
+           "summarize"]
 
 
 class Format(str, enum.Enum):
@@ -43,3 +46,10 @@ def render_doc(doc: Mapping[str, Any], fmt: Format | str, *, color: bool = False
 def render(report: Report, fmt: Format | str, *, color: bool = False, width: int = 120) -> str:
     """The report in `fmt`. `color` only affects the table (pass sys.stdout.isatty())."""
     return render_doc(document(report), fmt, color=color, width=width)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of the report (gpufleet.report/v1), as shipped in the package."""
+    text = resources.files("gpufleet").joinpath("schema/report-v1.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
