@@ -154,7 +154,8 @@ class GpuNvLinks:
 class FabricInfo:
     """NVSwitch fabric: per-GPU state from `nvidia-smi -q` plus the fabric manager service."""
 
-    gpu_states: Mapping[int, str] = field(default_factory=dict)  # index -> "Completed" | "In Progress" | "N/A"
+    # index -> "Completed" | "In Progress" | "N/A"
+    gpu_states: Mapping[int, str] = field(default_factory=dict)
     gpu_status: Mapping[int, str] = field(default_factory=dict)  # index -> "Success" | error text
     manager_running: bool | None = None  # None: not applicable / unknown
     nvswitch_count: int = 0
