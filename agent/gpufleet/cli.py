@@ -124,6 +124,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"gpufleet: {exc}", file=sys.stderr)
         code = EXIT_USAGE
     except KeyboardInterrupt:
+        from gpufleet.transport import interrupt_all  # noqa: PLC0415
+
+        interrupt_all()  # running commands are killed on their hosts before we exit
         print("gpufleet: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     sys.exit(code)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -11,7 +12,8 @@ import pytest
 from sshdlab import PORT, Lab, keygen
 
 from gpufleet.model import HostSpec
-from gpufleet.transport import TransportError, connect
+from gpufleet.transport import TransportError, connect, interrupt_all, ssh
+from gpufleet.transport._remote import CANCEL
 
 
 def spec(lab: Lab, **kw: object) -> HostSpec:
@@ -204,3 +206,82 @@ def test_inventory_values_override_ssh_config(lab: Lab) -> None:
     (lab.home / ".ssh" / "config").write_text(
         f"Host {lab.target.address}\n  Port 1\n  IdentityFile {lab.stranger_key}\n")
     connect(spec(lab)).close()  # port and key from the spec win
+
+
+def test_interrupt_kills_the_running_command_and_returns_at_once(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    t = connect(spec(lab))
+    outcome: list[object] = []
+    worker = threading.Thread(
+        target=lambda: outcome.append(_safe_run(t, ["sleep", "324.5"], 60.0)), daemon=True)
+    try:
+        worker.start()
+        time.sleep(0.7)
+        interrupt_all()
+        worker.join(5)
+        assert not worker.is_alive()
+        assert isinstance(outcome[0], TransportError) and "interrupted" in outcome[0].message
+        deadline = time.monotonic() + 5
+        while _pgrep("sleep 324.5") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pgrep("sleep 324.5") == []
+        with pytest.raises(TransportError, match="interrupted before connecting"):
+            connect(spec(lab))
+    finally:
+        CANCEL.clear()
+        t.close()
+
+
+def test_keys_come_from_ssh_agent(lab: Lab, tmp_path: Path,
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    lab.known_hosts(lab.target)
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        subprocess.run(["ssh-add", "-q", str(lab.client_key)], check=True,
+                       env={**os.environ, "SSH_AUTH_SOCK": str(sock)})
+        # No identity file anywhere: only the agent holds the authorized key.
+        with connect(spec(lab, key_files=())) as t:
+            assert t.run(["true"], timeout=10).rc == 0
+    finally:
+        agent.terminate()
+        agent.wait()
+
+
+def test_encrypted_key_without_agent_says_so(lab: Lab, tmp_path: Path) -> None:
+    lab.known_hosts(lab.target)
+    locked = tmp_path / "id_locked"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret-pass", "-f", str(locked)],
+                   check=True)
+    err = failure(spec(lab, key_files=(str(locked),)))
+    assert err.status == "auth_failed"
+    assert "encrypted (load it into ssh-agent)" in err.message
+    assert "secret-pass" not in err.message
+
+
+def test_hashed_known_hosts_entries_are_matched(lab: Lab) -> None:
+    known = lab.known_hosts(lab.target)
+    subprocess.run(["ssh-keygen", "-H", "-f", str(known)], check=True, capture_output=True)
+    assert lab.target.address not in known.read_text()  # really hashed
+    connect(spec(lab)).close()
+
+
+def test_proxy_jump_from_ssh_config(lab: Lab) -> None:
+    lab.known_hosts(lab.target, lab.jump)
+    (lab.home / ".ssh" / "config").write_text(
+        f"Host {lab.target.address}\n  ProxyJump root@{lab.jump.address}:{PORT}\n"
+        f"Host *\n  IdentityFile {lab.client_key}\n")
+    mark = lab.jump.log.read_text().count("direct-tcpip")
+    with connect(spec(lab, key_files=())) as t:
+        assert t.run(["true"], timeout=10).rc == 0
+    assert lab.jump.log.read_text().count("direct-tcpip") > mark
+
+
+def test_loaded_keys_are_cached_across_hosts(lab: Lab, tmp_path: Path) -> None:
+    rsa = keygen(tmp_path / "id_rsa", "rsa")
+    first = ssh._cached(str(rsa), ssh._load_key)
+    assert first is ssh._cached(str(rsa), ssh._load_key)  # parsed once, reused

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import math
 import shlex
+import threading
 from collections.abc import Mapping, Sequence
 
 PGID_MARKER = b"gpufleet-pgid="
+
+# Set once on Ctrl-C (transport.interrupt_all): every running command is killed on its host and
+# its run() raises, so worker threads end now instead of at their timeouts.
+CANCEL = threading.Event()
+POLL_S = 0.5  # how soon a running command notices CANCEL
 
 # Runs "$@" as the leader of its own process group and prints that group id first on stderr,
 # so a timeout can kill the whole group. `timeout` (coreutils/busybox) is the host-side

@@ -53,12 +53,25 @@ class LocalTransport(Transport):
             return CommandResult(rc=126, stdout="", stderr=f"{full[0]}: {exc.strerror}",
                                  duration_s=time.monotonic() - started)
         timed_out = False
+        deadline = started + timeout
+        feed = stdin
         try:
-            out, err = proc.communicate(stdin, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            self._kill_group(proc)
-            out, err = proc.communicate()
+            while True:
+                remaining = deadline - time.monotonic()
+                if _remote.CANCEL.is_set():
+                    raise TransportError("error", f"{self.name}: interrupted")  # killed below
+                try:
+                    # Short slices so Ctrl-C (CANCEL) is noticed; output is never lost between.
+                    out, err = proc.communicate(feed, timeout=max(0.0, min(remaining,
+                                                                         _remote.POLL_S)))
+                    break
+                except subprocess.TimeoutExpired:
+                    feed = None
+                    if time.monotonic() >= deadline:
+                        timed_out = True
+                        self._kill_group(proc)
+                        out, err = proc.communicate()
+                        break
         except BaseException:
             # Interrupted (Ctrl-C): never leave the group running behind us.
             self._kill_group(proc)

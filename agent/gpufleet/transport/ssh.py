@@ -214,6 +214,10 @@ def _load_key(path: str) -> paramiko.PKey | str:
         key = paramiko.PKey.from_path(path)
     except paramiko.PasswordRequiredException:
         return "encrypted (load it into ssh-agent)"
+    except TypeError as exc:  # cryptography's word for an OpenSSH-format key with a passphrase
+        if "password" in str(exc):
+            return "encrypted (load it into ssh-agent)"
+        return f"unreadable ({exc})"
     except (OSError, paramiko.SSHException, ValueError) as exc:
         return f"unreadable ({exc})"
     cert = path + "-cert.pub"
@@ -458,7 +462,9 @@ class SshTransport(Transport):
                 if remaining <= 0:
                     self._kill(pgid)
                     return self._result(None, out, err, started, timed_out=True)
-                select.select([fd], [], [], min(remaining, 5.0))
+                if _remote.CANCEL.is_set():
+                    raise TransportError("error", f"{self.name}: interrupted")  # killed below
+                select.select([fd], [], [], min(remaining, _remote.POLL_S))
             remaining = max(0.0, deadline - time.monotonic())
             if not chan.status_event.wait(min(remaining, 10.0) or 0.1):
                 self._kill(pgid)
