@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from sshdlab import PORT, Lab, keygen
 
-from gpufleet.model import HostSpec
+from gpufleet.fanout import fan_out
+from gpufleet.model import HostResult, HostSpec
 from gpufleet.transport import TransportError, connect, interrupt_all, ssh
 from gpufleet.transport._remote import CANCEL
 
@@ -285,3 +286,21 @@ def test_loaded_keys_are_cached_across_hosts(lab: Lab, tmp_path: Path) -> None:
     rsa = keygen(tmp_path / "id_rsa", "rsa")
     first = ssh._cached(str(rsa), ssh._load_key)
     assert first is ssh._cached(str(rsa), ssh._load_key)  # parsed once, reused
+
+
+def test_hosts_behind_one_bastion_share_one_connection_to_it(lab: Lab) -> None:
+    lab.known_hosts(lab.target, lab.jump)
+    jump = f"root@{lab.jump.address}:{PORT}"
+    (lab.home / ".ssh" / "config").write_text(f"Host *\n  IdentityFile {lab.client_key}\n")
+    specs = [spec(lab, name=f"n{i}", proxy_jump=jump) for i in range(4)]
+
+    def work(s: HostSpec) -> HostResult:
+        with connect(s) as t:
+            r = t.run(["sh", "-c", "sleep 0.5; echo ok"], timeout=10)
+        return HostResult(name=s.name, status="ok", error=r.stdout)
+
+    before = lab.jump.log.read_text().count("Accepted publickey")
+    results = fan_out(specs, work, forks=4, progress=False)
+    assert [r.error for r in results.values()] == ["ok\n"] * 4
+    assert lab.jump.log.read_text().count("Accepted publickey") == before + 1
+    assert ssh._jumps[("root", lab.jump.address, PORT)].transport is None  # closed after use

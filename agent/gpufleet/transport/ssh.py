@@ -343,26 +343,34 @@ def _jump_chain(hops: Sequence[str], strict: bool, timeout: float, accept_new: b
     """A shared connection through every hop; many hosts behind one bastion share it."""
     via: paramiko.Transport | None = None
     key: tuple[Any, ...] = ()
-    for hop in hops:
-        user, host, port = _parse_jump(hop)
-        target = _resolve(host, port=port, user=user, key_files=(), proxy_jump="none",
-                          known_hosts=(), strict=strict, label=f"jump host {host}")
-        key += (target.user, target.host, target.port)
-        with _lock:
-            slot = _jumps.setdefault(key, _Jump())
-        with slot.lock:
-            if slot.transport is None or not slot.transport.is_active():
-                if slot.failure and time.monotonic() - slot.failure[0] < timeout:
-                    raise slot.failure[1]
-                try:
-                    slot.transport = _handshake(_dial(target, via, timeout), target, timeout,
-                                                accept_new)
-                    slot.failure = None
-                except TransportError as exc:
-                    slot.failure = (time.monotonic(), exc)
-                    raise
-            slot.users += 1
-        via = slot.transport
+    held: tuple[Any, ...] = ()  # the hops this host counts as a user of
+    try:
+        for hop in hops:
+            user, host, port = _parse_jump(hop)
+            target = _resolve(host, port=port, user=user, key_files=(), proxy_jump="none",
+                              known_hosts=(), strict=strict, label=f"jump host {host}")
+            key += (target.user, target.host, target.port)
+            with _lock:
+                slot = _jumps.setdefault(key, _Jump())
+            with slot.lock:
+                if slot.transport is None or not slot.transport.is_active():
+                    # A dead bastion fails every host behind it once, not once per host.
+                    if slot.failure and time.monotonic() - slot.failure[0] < timeout:
+                        raise slot.failure[1]
+                    try:
+                        slot.transport = _handshake(_dial(target, via, timeout), target,
+                                                    timeout, accept_new)
+                        slot.failure = None
+                    except TransportError as exc:
+                        slot.failure = (time.monotonic(), exc)
+                        raise
+                slot.users += 1
+                held = key
+            via = slot.transport
+    except BaseException:
+        if held:
+            _release_jumps(held)
+        raise
     assert via is not None
     return key, via
 
