@@ -138,6 +138,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _specs(args: argparse.Namespace) -> list[HostSpec]:
     from gpufleet.inventory import InventoryError, load_inventory  # noqa: PLC0415
 
+    # Found out before a long sweep, not after it.
+    output = getattr(args, "output", None)
+    if output is not None and not output.parent.is_dir():
+        raise UsageError(f"cannot write {output}: {output.parent} is not a directory")
+
     try:
         return load_inventory(args.inventory, args.limit)
     except InventoryError as exc:
@@ -220,8 +225,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                     level=args.level)
     report = dataclasses.replace(report, findings=evaluate(report))
     report = dataclasses.replace(report, summary=summarize(report))
-    color = args.output is None and sys.stdout.isatty()
-    _emit(render(report, Format(args.format), color=color), args.output)
+    tty = args.output is None and sys.stdout.isatty()
+    width = shutil.get_terminal_size().columns if tty else 120
+    _emit(render(report, Format(args.format), color=tty, width=width), args.output)
     if args.save is not None:
         stamp = (report.generated_at or _now()).replace(":", "")
         try:
