@@ -77,6 +77,11 @@ def load_inventory(sources: Sequence[str] | None, limit: str | None = None) -> l
     return specs
 
 
+# Warnings that mean hosts went missing: ansible-playbook carries on, a verifier must not.
+_FATAL_WARNINGS = ("Unable to parse", "Could not match supplied host pattern",
+                   "No inventory was parsed", "Failed to parse", "Skipping invalid")
+
+
 @contextmanager
 def _capture_warnings(module: Any) -> Iterator[list[str]]:
     """Collect the parse failures Ansible only prints as warnings, so we can report them."""
@@ -88,7 +93,10 @@ def _capture_warnings(module: Any) -> Iterator[list[str]]:
             return getattr(real, name)
 
         def warning(self, msg: str, *args: Any, **kwargs: Any) -> None:
-            collected.append(msg)
+            if msg.startswith(_FATAL_WARNINGS):
+                collected.append(msg)
+            else:  # advice such as "Found both group and host with same name": Ansible's way
+                real.warning(msg, *args, **kwargs)
 
         def error_as_warning(self, msg: str | None, exception: BaseException,
                              *args: Any, **kwargs: Any) -> None:

@@ -194,3 +194,9 @@ def test_several_sources_merge(tmp_path: Path) -> None:
     n1, n2 = load_inventory([str(a), str(b)])
     assert (n1.name, n2.name) == ("n1", "n2")
     assert n1.expect.gpu_count == 2  # group vars apply to the merged group
+
+
+def test_ansible_advice_is_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = write(tmp_path / "hosts.ini", "[gpu]\ngpu\nn1\n")
+    assert [s.name for s in load_inventory([str(inv)])] == ["gpu", "n1"]
+    assert "Found both group and host with same name: gpu" in capsys.readouterr().err
