@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -304,3 +305,20 @@ def test_hosts_behind_one_bastion_share_one_connection_to_it(lab: Lab) -> None:
     assert [r.error for r in results.values()] == ["ok\n"] * 4
     assert lab.jump.log.read_text().count("Accepted publickey") == before + 1
     assert ssh._jumps[("root", lab.jump.address, PORT)].transport is None  # closed after use
+
+
+def test_silent_server_times_out_at_the_connect_timeout(lab: Lab) -> None:
+    server = socket.create_server(("127.0.0.203", PORT))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(server.accept()[0]), daemon=True).start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError) as info:
+            connect(spec(lab, address="127.0.0.203"), connect_timeout=1.5)
+        assert 1.0 < time.monotonic() - started < 5
+        assert info.value.status == "unreachable"
+        assert "SSH handshake failed" in info.value.message
+    finally:
+        for s in accepted:
+            s.close()
+        server.close()

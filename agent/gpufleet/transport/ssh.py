@@ -292,6 +292,12 @@ def _handshake(sock: Any, target: _Target, timeout: float, accept_new: bool) -> 
                 f"{target.label} ({target.host}:{target.port}): SSH handshake failed: "
                 f"{exc or type(exc).__name__}",
             ) from exc
+        if not t.is_active() or not t.initial_kex_done:  # start_client just stops waiting
+            raise TransportError(
+                "unreachable",
+                f"{target.label} ({target.host}:{target.port}): SSH handshake failed: "
+                f"no SSH answer within {timeout:g} s",
+            )
         _check_host_key(t, target, known, accept_new)
         _authenticate(t, target, timeout)
         t.set_keepalive(30)
