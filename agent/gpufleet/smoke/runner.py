@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 import threading
 import time
@@ -60,6 +61,7 @@ class SmokeOptions:
     sizes: tuple[int, ...] | None = None  # bandwidth sweep sizes (bytes), overriding the level
     test_hang_rank: int | None = None  # test-only: this global rank stops before a collective
     test_hang_phase: str = "allreduce_exact"
+    bw_method: str = "auto"  # auto|graph|loop: how small all-reduces are launched (see script)
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for torchrun
 
     @classmethod
@@ -267,7 +269,7 @@ def _sections(text: str, prefix: str = "@@gpufleet ") -> dict[str, str]:
 
 def _preflight(h: _Host) -> None:
     facts = h.facts
-    need_smi = facts is None or not facts.gpus
+    need_smi = facts is None
     exp = h.spec.expect
     need_docker = (exp.smoke_runtime is None and exp.pytorch_image is not None
                    and (facts is None or facts.docker is None))
@@ -279,8 +281,12 @@ def _preflight(h: _Host) -> None:
                    f"{(res.stderr or res.stdout).strip()[-300:] or f'exit {res.rc}'}")
         return
     h.run_dir = sec["rundir"].strip()
-    if facts is not None and facts.gpus:
-        h.gpu_count = len(facts.gpus)
+    if facts is not None:
+        smi_error = facts.errors.get("nvidia_smi", "")
+        # No GPUs listed: none there (no nvidia-smi), or unknown (nvidia-smi failed or hung;
+        # asking it again would only hang again).
+        unknown = not facts.gpus and smi_error and "not found" not in smi_error
+        h.gpu_count = None if unknown else len(facts.gpus)
         h.gpu_names = tuple(g.name or "" for g in facts.gpus)
         h.busy = tuple(f"pid {p.pid} {p.name}" for p in facts.gpu_processes)
         if facts.topology is not None:
@@ -317,11 +323,12 @@ def _preflight(h: _Host) -> None:
 
 def _parse_topo(text: str) -> dict[str, dict[str, str]]:
     """`nvidia-smi topo -m` → links between GPUs (just enough to pick a reference)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if not lines:
         return {}
     header = lines[0].split()
-    gpus = [c for c in header if c.startswith("GPU")]
+    gpus = [c for c in header if re.fullmatch(r"GPU\d+", c)]
     links: dict[str, dict[str, str]] = {}
     for ln in lines[1:]:
         cells = ln.split()
@@ -421,8 +428,8 @@ def _command(
         h.script, "--run-dir", h.run_dir, "--level", level, "--host", h.spec.name,
         "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
     ]  # fmt: skip
-    if h.gpu_count is not None:
-        script_args += ["--smi-count", str(h.gpu_count)]
+    # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
+    script_args += ["--smi-count", str(-1 if h.gpu_count is None else h.gpu_count)]
     if exp.gpu_count is not None:
         script_args += ["--expect-gpus", str(exp.gpu_count)]
     if ref:
@@ -432,6 +439,8 @@ def _command(
         script_args += ["--min-busbw", str(exp.min_busbw_gbps)]
     if opts.sizes:
         script_args += ["--sizes", ",".join(str(s) for s in opts.sizes)]
+    if opts.bw_method != "auto":
+        script_args += ["--bw-method", opts.bw_method]
     if opts.test_hang_rank is not None:
         script_args += ["--test-hang-rank", str(opts.test_hang_rank),
                         "--test-hang-phase", opts.test_hang_phase]
@@ -458,7 +467,7 @@ def _command(
             "docker", "run", "--rm", "--name", name, "--label", f"gpufleet.smoke={h.run_id}",
             "--gpus", "all", "--ipc=host", "--network=host", "--ulimit", "memlock=-1",
             "-v", f"{h.run_dir}:{h.run_dir}",
-            *(a for k, v in env.items() for a in ("-e", f"{k}={v}")),
+            *(a for k, v in env.items() for a in ("-e", f"{k}={v}")), "-e", "GPUFLEET_SMOKE_T0",
             _image(h), "torchrun", *trun, *script_args,
         ]  # fmt: skip
         envs = [f"{MARKER}={h.run_id}"]
@@ -467,7 +476,9 @@ def _command(
         envs = [f"{k}={v}" for k, v in env.items()]
     # timeout's -k leaves torchrun time to TERM its workers before KILL; the workers also carry
     # their own deadline (--deadline-in), and the controller's cleanup kills by marker anyway.
-    wrapper = 'd="$1"; shift; echo $$ > "$d/pgid"; exec "$@" > "$d/log" 2>&1 < /dev/null'
+    wrapper = ('d="$1"; shift; echo $$ > "$d/pgid"; '
+               'GPUFLEET_SMOKE_T0=$(date +%s.%N 2>/dev/null); export GPUFLEET_SMOKE_T0; '
+               'exec "$@" > "$d/log" 2>&1 < /dev/null')
     return ["setsid", "-w", "sh", "-c", wrapper, "sh", h.run_dir,
             "timeout", "-k", "45", f"{math.ceil(timeout) + 10}",
             "env", *envs, *inner]  # fmt: skip

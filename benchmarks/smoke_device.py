@@ -1,0 +1,134 @@
+"""Run the smoke test on this machine (local transport) in several scenarios; keep JSON + log.
+
+Used on the GPU machines; the result files are committed under benchmarks/results/:
+
+    python3 benchmarks/smoke_device.py --out DIR --prefix 2026-11-30-nvidia-h200-x2 \
+        quick full p2p-disabled cvd0
+
+Scenarios: quick, full (levels); p2p-disabled (quick with NCCL_P2P_DISABLE=1: bandwidth must
+fail); cvd0 (quick with CUDA_VISIBLE_DEVICES=0 on a 2-GPU host: device count must fail);
+quick-loop (quick with a plain launch loop instead of CUDA graphs, for comparison).
+It calls gpufleet.smoke.runner.run_smoke directly, so only the stdlib and torch are needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
+
+from gpufleet.model import Expectations, HostSpec, to_jsonable
+from gpufleet.smoke.runner import SmokeOptions, run_smoke
+from gpufleet.transport.local import LocalTransport
+
+SCENARIOS: dict[str, tuple[str, dict[str, str], SmokeOptions]] = {
+    "quick": ("quick", {}, SmokeOptions()),
+    "quick-warm": ("quick", {}, SmokeOptions()),
+    "full": ("full", {}, SmokeOptions()),
+    "p2p-disabled": ("quick", {"NCCL_P2P_DISABLE": "1"}, SmokeOptions()),
+    "cvd0": ("quick", {"CUDA_VISIBLE_DEVICES": "0"}, SmokeOptions()),
+    "quick-loop": ("quick", {}, SmokeOptions(bw_method="loop")),
+}
+
+
+def sh(cmd: str) -> str:
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True, check=False)  # noqa: S602
+    return (r.stdout + r.stderr).strip()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--prefix", required=True)
+    ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("scenarios", nargs="+", choices=sorted(SCENARIOS))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = open(out / f"{args.prefix}-smoke.log", "w")  # noqa: SIM115
+
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+        log.write(msg + "\n")
+        log.flush()
+
+    say(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} smoke_device.py {args.scenarios}")
+    say(sh("nvidia-smi -L; nvidia-smi topo -m; uname -r"))
+    say(
+        sh(
+            f"{args.python} -c 'import torch;print(torch.__version__, torch.version.cuda, "
+            "torch.cuda.nccl.version())'"
+        )
+    )
+    say(
+        "env: "
+        + " ".join(
+            f"{k}={v}"
+            for k, v in sorted(os.environ.items())
+            if k.startswith(("NCCL_", "TORCH_", "NVSHMEM_", "CUDA_"))
+        )
+    )
+    spec = HostSpec(
+        name=os.uname().nodename,
+        address="localhost",
+        connection="local",
+        expect=Expectations(smoke_python=args.python),
+    )
+    for name in args.scenarios:
+        level, env, opts = SCENARIOS[name]
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        t = time.monotonic()
+        try:
+            res = run_smoke(
+                spec, LocalTransport(spec), None, level=level, timeout=args.timeout, options=opts
+            )
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        wall = time.monotonic() - t
+        doc = {
+            "scenario": name,
+            "level": level,
+            "env": env,
+            "controller_wall_s": round(wall, 3),
+            "result": to_jsonable(res),
+        }
+        (out / f"{args.prefix}-smoke-{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+        say(
+            f"\n## {name}: status={res.status} wall={wall:.2f}s world={res.world_size} "
+            f"backend={res.backend}"
+        )
+        for c in res.checks:
+            say(f"  {'PASS' if c.passed else 'FAIL'} {c.name}: {c.detail}")
+            if c.name == "busbw":
+                for size, v in (c.data.get("sizes") or {}).items():
+                    pct = v.get("pct_of_reference")
+                    say(
+                        f"      {int(size) >> 20:>5} MiB  busbw {v['busbw_gbps']:7.1f} GB/s  "
+                        f"{v['time_us']:9.1f} us  iters {v['iters']}"
+                        + (f"  {pct:5.1f}% of ref {v['reference_gbps']}" if pct else "")
+                    )
+                say(f"      method: {c.data.get('method')}")
+        say(f"  timings: {json.dumps(dict(res.timings_s), sort_keys=True)}")
+        if res.error:
+            say(f"  error: {res.error}")
+        if res.status not in ("pass", "fail"):
+            say(f"  log tail:\n{res.log_tail}")
+    left = sh("ps -eo pid,args | grep -c '[s]moke_ddp.py'; ls -d /tmp/gpufleet-smoke.* 2>&1")
+    say(f"\n# leftover smoke processes (count) and run dirs after all runs:\n{left}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
