@@ -50,6 +50,13 @@ def test_timeout_kills_the_process_group() -> None:
     assert gone("sleep 331.[56]")
 
 
+def test_timeout_reaches_tools_in_process_groups_of_their_own() -> None:
+    with connect(HERE) as t:
+        r = t.run(["sh", "-c", "timeout 300 sleep 331.7; echo never"], timeout=1)
+    assert r.timed_out
+    assert gone("sleep 331.7")
+
+
 def test_become_as_root_needs_no_sudo() -> None:
     if os.geteuid() != 0:
         pytest.skip("root only: otherwise sudo would need a password")

@@ -123,6 +123,13 @@ def test_timeout_kills_the_whole_process_group_on_the_host(lab: Lab) -> None:
         while _pgrep("sleep 321.[56]") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _pgrep("sleep 321.[56]") == []
+        # A tool under timeout(1) has a process group of its own; it dies with the session.
+        r = t.run(["sh", "-c", "timeout 300 sleep 321.7; echo never"], timeout=1.5)
+        assert r.timed_out
+        deadline = time.monotonic() + 5
+        while _pgrep("sleep 321.7") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _pgrep("sleep 321.7") == []
         # The connection is still usable after a timeout.
         assert t.run(["true"], timeout=5).rc == 0
 

@@ -127,3 +127,31 @@ def test_parser_knows_every_documented_option() -> None:
             if option in ("-h", "--help"):
                 continue
             assert option in docs, f"{option} is not documented in docs/cli.md"
+
+
+def test_ctrl_c_exits_130_and_kills_what_runs_on_the_host(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 341.5\n")
+    (fake / "nvidia-smi").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    proc = subprocess.Popen([sys.executable, "-m", "gpufleet", "facts"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while subprocess.run(["pgrep", "-f", "sleep 341.5"], capture_output=True).returncode:
+            assert time.monotonic() < deadline, "the probe never reached nvidia-smi"
+            time.sleep(0.1)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=15)
+        assert proc.returncode == 130 and "interrupted" in err
+        assert time.monotonic() - started < 6
+        assert subprocess.run(["pgrep", "-f", "sleep 341.5"], capture_output=True).returncode
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -14,22 +14,27 @@ PGID_MARKER = b"gpufleet-pgid="
 CANCEL = threading.Event()
 POLL_S = 0.5  # how soon a running command notices CANCEL
 
-# Runs "$@" as the leader of its own process group and prints that group id first on stderr,
-# so a timeout can kill the whole group. `timeout` (coreutils/busybox) is the host-side
-# backstop: if the controller vanishes, the group still dies a few seconds after the deadline.
-# sshd already made the login shell a session leader, and `exec` keeps that pid; under sudo,
-# `timeout` makes its own group (setpgid) with the same pid as this shell.
+# Runs "$@" as the leader of its own process group and prints, first on stderr, that group id
+# and its session id. A timeout kills the whole session: tools started under `timeout(1)` (as
+# the probe does) sit in process groups of their own, but never leave the session sshd made.
+# sshd already made the login shell a session leader, and `exec` keeps that pid; under sudo the
+# session leader is sudo itself. `timeout` here is the host-side backstop: if the controller
+# vanishes, the command still dies a few seconds after its deadline.
 _WRAPPER = (
-    'echo "gpufleet-pgid=$$" >&2; '
+    "sid=; read -r _ _ _ _ _ sid _ </proc/$$/stat 2>/dev/null; "
+    'echo "gpufleet-pgid=$$ $sid" >&2; '
     "if command -v timeout >/dev/null 2>&1; then exec timeout -s TERM -k 5 \"$@\"; fi; "
     'shift; exec "$@"'
 )
 
-# Kills a process group: TERM, up to 3 s of grace, then KILL.
+# Kills a session (pkill -s) and a process group: TERM, up to 3 s of grace, then KILL.
 _KILLER = (
-    'kill -TERM -"$1" 2>/dev/null || exit 0; i=0; '
-    'while [ $i -lt 30 ] && kill -0 -"$1" 2>/dev/null; do sleep 0.1; i=$((i+1)); done; '
-    'kill -KILL -"$1" 2>/dev/null; exit 0'
+    'pg=$1; sid=$2; '
+    'sig() { [ -n "$sid" ] && pkill -"$1" -s "$sid" 2>/dev/null; kill -"$1" -"$pg" 2>/dev/null; }; '
+    'alive() { kill -0 -"$pg" 2>/dev/null || { [ -n "$sid" ] && pgrep -s "$sid" >/dev/null; }; }; '
+    "sig TERM; i=0; "
+    "while [ $i -lt 30 ] && alive; do sleep 0.1; i=$((i+1)); done; "
+    "sig KILL; exit 0"
 )
 
 
@@ -53,8 +58,9 @@ def wrapped_argv(
             *envs, *argv]
 
 
-def killer_argv(pgid: int, become: bool, become_user: str | None) -> list[str]:
-    return [*sudo_prefix(become, become_user), "sh", "-c", _KILLER, "sh", str(pgid)]
+def killer_argv(pgid: int, sid: int | None, become: bool, become_user: str | None) -> list[str]:
+    return [*sudo_prefix(become, become_user), "sh", "-c", _KILLER, "sh", str(pgid),
+            "" if sid is None else str(sid)]
 
 
 def shell_line(argv: Sequence[str]) -> str:
@@ -62,14 +68,20 @@ def shell_line(argv: Sequence[str]) -> str:
     return "exec " + " ".join(shlex.quote(a) for a in argv)
 
 
-def split_pgid(stderr: bytes) -> tuple[int | None, bytes]:
-    """(pgid, the rest of stderr) when the wrapper's first line is there."""
+Group = tuple[int, int | None]  # (process group id, session id)
+
+
+def split_marker(stderr: bytes) -> tuple[Group | None, bytes]:
+    """((pgid, sid), the rest of stderr) when the wrapper's first line is there."""
     if not stderr.startswith(PGID_MARKER):
         return None, stderr
     line, sep, rest = stderr.partition(b"\n")
     if not sep:
         return None, stderr
+    words = line[len(PGID_MARKER):].split()
     try:
-        return int(line[len(PGID_MARKER):]), rest
-    except ValueError:
+        pgid = int(words[0])
+        sid = int(words[1]) if len(words) > 1 else None
+    except (ValueError, IndexError):
         return None, stderr
+    return (pgid, sid), rest

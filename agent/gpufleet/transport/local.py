@@ -14,6 +14,36 @@ from gpufleet.transport import _remote
 from gpufleet.transport.base import Transport, TransportError
 
 
+def _session_members(sid: int) -> list[int]:
+    """pids whose session is sid (Linux /proc; elsewhere just the leader's group)."""
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return [sid]
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(b")") + 2:].split()
+        # after "pid (comm) ": state ppid pgrp session ...
+        if len(fields) > 3 and fields[3] == str(sid).encode() and fields[0] != b"Z":
+            members.append(int(entry))
+    return members
+
+
+def _signal_session(sid: int, sig: int) -> None:
+    for pid in _session_members(sid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, sig)
+
+
 class LocalTransport(Transport):
     def __init__(self, spec: HostSpec) -> None:
         self.name = spec.name
@@ -85,20 +115,23 @@ class LocalTransport(Transport):
         )
 
     def _kill_group(self, proc: subprocess.Popen[bytes]) -> None:
+        """TERM then KILL everything in the command's session (its own: start_new_session).
+
+        A session, not only a process group: tools run under timeout(1) get groups of their own.
+        """
         if self._sudo:
             subprocess.run(
-                _remote.killer_argv(proc.pid, True, self._spec.become_user),
+                _remote.killer_argv(proc.pid, proc.pid, True, self._spec.become_user),
                 stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False,
             )
         else:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
+            _signal_session(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(3.0)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-        # The leader may be gone while its children linger: KILL whatever is left of the group.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 3.0
+            while _session_members(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            _signal_session(proc.pid, signal.SIGKILL)
         proc.wait()
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:

@@ -454,7 +454,7 @@ class SshTransport(Transport):
         chan = self._session()
         out: list[bytes] = []
         err = b""
-        pgid: int | None = None
+        group: _remote.Group | None = None
         try:
             chan.exec_command(line)
             if stdin:
@@ -466,29 +466,29 @@ class SshTransport(Transport):
                     out.append(chan.recv(1 << 16))
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
-                    if pgid is None:
-                        pgid, err = _remote.split_pgid(err) if b"\n" in err else (None, err)
+                    if group is None and b"\n" in err:
+                        group, err = _remote.split_marker(err)
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if chan.closed:
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    self._kill(pgid)
+                    self._kill(group)
                     return self._result(None, out, err, started, timed_out=True)
                 if _remote.CANCEL.is_set():
                     raise TransportError("error", f"{self.name}: interrupted")  # killed below
                 select.select([fd], [], [], min(remaining, _remote.POLL_S))
             remaining = max(0.0, deadline - time.monotonic())
             if not chan.status_event.wait(min(remaining, 10.0) or 0.1):
-                self._kill(pgid)
+                self._kill(group)
                 return self._result(None, out, err, started, timed_out=True)
             rc: int | None = chan.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise TransportError("unreachable", f"{self.name}: connection lost ({exc})") from exc
         except BaseException:
             # Interrupted (Ctrl-C, a thread torn down): do not leave the command running.
-            self._kill(pgid)
+            self._kill(group)
             raise
         finally:
             chan.close()
@@ -499,7 +499,7 @@ class SshTransport(Transport):
     @staticmethod
     def _result(rc: int | None, out: list[bytes], err: bytes, started: float,
                 timed_out: bool = False) -> CommandResult:
-        _, err = _remote.split_pgid(err)
+        _, err = _remote.split_marker(err)
         return CommandResult(
             rc=rc,
             stdout=b"".join(out).decode("utf-8", "replace"),
@@ -508,15 +508,15 @@ class SshTransport(Transport):
             timed_out=timed_out,
         )
 
-    def _kill(self, pgid: int | None) -> None:
-        """Kill the command's whole process group on the host, over a fresh channel."""
-        if pgid is None or not self._client.is_active():
+    def _kill(self, group: _remote.Group | None) -> None:
+        """Kill the command's session and process group on the host, over a fresh channel."""
+        if group is None or not self._client.is_active():
             return
         try:
             chan = self._client.open_session(timeout=self._timeout)
             try:
                 chan.exec_command(_remote.shell_line(_remote.killer_argv(
-                    pgid, self._spec.become, self._spec.become_user)))
+                    *group, self._spec.become, self._spec.become_user)))
                 chan.shutdown_write()
                 chan.status_event.wait(10.0)
             finally:
