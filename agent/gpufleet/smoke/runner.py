@@ -121,32 +121,38 @@ def run_smoke(
     started = time.monotonic()
     h = _Host(spec, transport, facts, _new_run_id())
     try:
-        try:
-            _preflight(h)
-        except TransportError as e:
-            return SmokeResult(status="error", level=level, error=e.message)
-        if h.error:
-            return SmokeResult(status="error", level=level, error=h.error)
-        if h.busy and not force:
-            return SmokeResult(
-                status="busy", level=level, device_count=h.gpu_count,
-                error=f"{spec.name}: GPU compute processes already running ("
-                + "; ".join(h.busy) + "); the smoke test would disturb them and measure "
-                "too little: rerun with --force to test anyway",
-            )  # fmt: skip
-        _upload(h)
-        nproc = _nproc(h, opts)
-        ref = _reference(h, nproc)
-        argv = _command(h, level=level, opts=opts, nproc=nproc, ref=ref, timeout=timeout,
-                        rendezvous=None)
-        _launch(h, argv, timeout)
+        early = _start_single(h, level, opts, timeout, force)
     except BaseException:
         # Interrupted (Ctrl-C) or a broken transport: never leave the run behind on the host.
         _cleanup(h, quiet=True)
         raise
-    _cleanup(h)
-    res = _result(h, [h], level, time.monotonic() - started)
-    return res
+    _cleanup(h, quiet=early is not None)
+    return early or _result(h, [h], level, time.monotonic() - started)
+
+
+def _start_single(
+    h: _Host, level: str, opts: SmokeOptions, timeout: float, force: bool
+) -> SmokeResult | None:
+    """Preflight and launch on one host; a SmokeResult when it must not (or could not) run."""
+    try:
+        _preflight(h)
+    except TransportError as e:
+        return SmokeResult(status="error", level=level, error=e.message)
+    if h.error:
+        return SmokeResult(status="error", level=level, error=h.error)
+    if h.busy and not force:
+        return SmokeResult(
+            status="busy", level=level, device_count=h.gpu_count,
+            error=f"{h.spec.name}: GPU compute processes already running ("
+            + "; ".join(h.busy) + "); the smoke test would disturb them and measure "
+            "too little: rerun with --force to test anyway",
+        )  # fmt: skip
+    _upload(h)
+    nproc = _nproc(h, opts)
+    argv = _command(h, level=level, opts=opts, nproc=nproc, ref=_reference(h, nproc),
+                    timeout=timeout, rendezvous=None)
+    _launch(h, argv, timeout)
+    return None
 
 
 def run_multinode(

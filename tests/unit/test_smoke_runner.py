@@ -1,0 +1,244 @@
+"""The smoke runner: pure pieces against real captures, and real runs over the local transport."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufleet.model import (
+    CommandResult,
+    Expectations,
+    Facts,
+    Gpu,
+    GpuProcess,
+    HostSpec,
+)
+from gpufleet.smoke import runner
+from gpufleet.smoke.runner import MARKER, SmokeOptions, run_multinode, run_smoke
+from gpufleet.transport.local import LocalTransport
+
+MIB = 1 << 20
+
+
+def _host(name: str = "gpu01", address: str = "10.0.0.1", **expect: object) -> runner._Host:
+    spec = HostSpec(name=name, address=address, expect=Expectations(**expect))  # type: ignore[arg-type]
+    h = runner._Host(spec, LocalTransport(spec), None, "gfsmoke-test")
+    h.run_dir = "/tmp/gpufleet-smoke.abc"
+    h.script = "/tmp/gpufleet-smoke.abc/smoke_ddp.py"
+    return h
+
+
+def _live_smoke_pids() -> list[int]:
+    """Processes of any smoke run on this machine (the runner marks every one)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            env = (d / "environ").read_bytes()
+        except OSError:
+            continue
+        if any(e.startswith(MARKER.encode() + b"=") for e in env.split(b"\0")):
+            pids.append(int(d.name))
+    return pids
+
+
+# ----------------------------------------------------------------------------- pure pieces
+
+
+def test_topology_of_the_real_h200_capture_is_nv18(fixtures_dir: Path) -> None:
+    text = (fixtures_dir / "h200x2-2026-11-30" / "topo-m.txt").read_text()
+    links = runner._parse_topo(text)
+    assert links["GPU0"]["GPU1"] == "NV18"
+    assert runner._uniform_link(links) == "NV18"
+
+
+def test_mixed_links_give_no_reference_key() -> None:
+    links = {"GPU0": {"GPU0": "X", "GPU1": "NV18", "GPU2": "SYS"},
+             "GPU1": {"GPU0": "NV18", "GPU1": "X", "GPU2": "SYS"}}
+    assert runner._uniform_link(links) is None
+
+
+def test_reference_only_for_the_measured_configuration() -> None:
+    h = _host()
+    h.gpu_names, h.gpu_count, h.link = ("NVIDIA H200", "NVIDIA H200"), 2, "NV18"
+    ref = runner._reference(h, 2)
+    assert ref is not None and ref[4096 * MIB] == 343.7
+    assert runner._reference(h, 1) is None  # fewer ranks than GPUs: not the measured world
+    h.link = "SYS"
+    assert runner._reference(h, 2) is None
+
+
+def test_hung_rank_is_the_one_behind_the_waiters() -> None:
+    # What the gloo hang run wrote: rank 0 timed out inside collective 3, rank 1 never entered it.
+    progress = {0: {"state": "error", "seq": 3, "phase": "allreduce_exact", "host": "a"},
+                1: {"state": "out", "seq": 2, "phase": "allreduce_exact", "host": "a"}}
+    hung, why = runner._hung_ranks(progress, {}, 2)
+    assert hung == [1]
+    assert "rank(s) 1 hung (before collective #3 in phase allreduce_exact on a)" in why
+    assert "rank(s) 0 waited" in why
+
+
+def test_all_ranks_inside_one_collective_is_a_collective_hang() -> None:
+    progress = {r: {"state": "in", "seq": 7, "phase": "busbw", "host": "a"} for r in range(2)}
+    hung, why = runner._hung_ranks(progress, {}, 2)
+    assert hung == [0, 1]
+    assert "stuck together (inside collective #7 in phase busbw" in why
+
+
+def test_a_rank_that_never_started_is_the_hung_one() -> None:
+    progress = {0: {"state": "in", "seq": 1, "phase": "init", "host": "a"}}
+    hung, why = runner._hung_ranks(progress, {}, 2)
+    assert hung == [1]
+    assert "never reported progress" in why
+
+
+def test_version_mismatch_message_names_hosts_and_versions() -> None:
+    a, b = _host("gpu01"), _host("gpu02")
+    a.versions = {"torch": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.28.9"}
+    b.versions = {"torch": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.27.3"}
+    msg = runner._version_mismatch([a, b])
+    assert msg is not None
+    assert "NCCL versions differ across the group: gpu01 2.28.9, gpu02 2.27.3" in msg
+    b.versions = dict(a.versions)
+    assert runner._version_mismatch([a, b]) is None
+
+
+def test_host_command_runs_torchrun_in_its_own_session_with_the_marker() -> None:
+    h = _host(smoke_python="/opt/venv/bin/python", gpu_count=2)
+    h.gpu_count = 2
+    argv = runner._command(h, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
+                           timeout=100, rendezvous=None)
+    assert argv[:3] == ["setsid", "-w", "sh"]
+    i = argv.index("timeout")
+    assert argv[i:i + 4] == ["timeout", "-k", "45", "110"]
+    assert f"{MARKER}=gfsmoke-test" in argv
+    j = argv.index("/opt/venv/bin/python")
+    assert argv[j:j + 3] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"]
+    assert "--standalone" in argv and "--nproc_per_node=2" in argv
+    assert argv[argv.index("--expect-gpus") + 1] == "2"
+    assert argv[argv.index("--smi-count") + 1] == "2"
+
+
+def test_docker_command_pins_the_image_digest() -> None:
+    h = _host(pytorch_image="nvcr.io/nvidia/pytorch:25.10-py3",
+              pytorch_image_digest="sha256:" + "a" * 64)
+    h.runtime, h.gpu_count = "docker", 8
+    argv = runner._command(h, level="full", opts=SmokeOptions(), nproc=8, ref=None,
+                           timeout=600, rendezvous=None)
+    d = argv.index("docker")
+    docker = argv[d:]
+    for flag in (["--gpus", "all"], ["--ulimit", "memlock=-1"],
+                 ["-v", "/tmp/gpufleet-smoke.abc:/tmp/gpufleet-smoke.abc"]):
+        k = docker.index(flag[0])
+        assert docker[k:k + 2] == flag
+    assert "--ipc=host" in docker and "--network=host" in docker and "--rm" in docker
+    image = "nvcr.io/nvidia/pytorch:25.10-py3@sha256:" + "a" * 64
+    assert docker[docker.index(image) + 1] == "torchrun"
+    assert docker[docker.index("--name") + 1] == "gfsmoke-test-gpu01"
+
+
+def test_multinode_command_uses_c10d_on_the_first_host_over_loopback() -> None:
+    first, other = _host("n1", "127.0.0.2"), _host("n2", "127.0.0.3")
+    rdzv = {"endpoint": "127.0.0.2:29999", "id": "gfsmoke-test", "nnodes": 2}
+    a = runner._command(first, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
+                        timeout=120, rendezvous={**rdzv, "is_host": True})
+    b = runner._command(other, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
+                        timeout=120, rendezvous={**rdzv, "is_host": False})
+    for argv, is_host, addr in ((a, 1, "127.0.0.2"), (b, 0, "127.0.0.3")):
+        assert "--rdzv_backend=c10d" in argv and "--nnodes=2" in argv
+        assert "--rdzv_endpoint=127.0.0.2:29999" in argv and "--rdzv_id=gfsmoke-test" in argv
+        assert f"--rdzv_conf=is_host={is_host},join_timeout=40" in argv
+        assert f"--local_addr={addr}" in argv
+        assert "GLOO_SOCKET_IFNAME=lo" in argv and "--standalone" not in argv
+
+
+def test_options_from_env() -> None:
+    o = SmokeOptions.from_env({"GPUFLEET_SMOKE_TEST_HANG": "1:ddp", "GPUFLEET_SMOKE_SIZES": "1,2",
+                               "GPUFLEET_SMOKE_PG_TIMEOUT": "5", "GPUFLEET_SMOKE_NPROC": "3"})
+    assert (o.test_hang_rank, o.test_hang_phase, o.sizes, o.pg_timeout, o.nproc) == (
+        1, "ddp", (1, 2), 5.0, 3)
+    assert SmokeOptions.from_env({}) == SmokeOptions()
+
+
+def test_multinode_result_carries_world_checks_and_this_hosts_bandwidth() -> None:
+    a, b = _host("n1"), _host("n2")
+    result = {
+        "status": "pass", "level": "quick", "backend": "gloo", "world_size": 4,
+        "ranks": [{"rank": r, "host": "n1" if r < 2 else "n2", "local_rank": r % 2,
+                   "torch": "2.13.0+cpu", "device": "cpu", "torch_device_count": 0}
+                  for r in range(4)],
+        "checks": [{"name": "busbw", "passed": True, "detail": "", "data": {
+            "per_host_busbw_gbps": {"n1": {"65536": 1.5}, "n2": {"65536": 2.5}}}}],
+        "busbw_gbps": {"65536": 0.7},
+        "matmul_tflops": {"0": 0.1, "1": 0.2, "2": 0.3, "3": 0.4},
+        "timings_s": {"ddp_s": 0.5},
+    }
+    a.files = {"result.json": json.dumps(result), "log": "tail"}
+    a.launch = b.launch = CommandResult(rc=0, stdout="", stderr="", duration_s=3.0)
+    res = runner._result(b, [a, b], "quick", 4.0)
+    assert res.status == "pass" and res.world_size == 4 and res.hosts == ("n1", "n2")
+    assert res.busbw_gbps == {65536: 2.5}
+    assert res.matmul_tflops == {0: 0.3, 1: 0.4}
+    assert res.timings_s["ddp_s"] == 0.5 and res.timings_s["runner_total_s"] == 4.0
+
+
+# ----------------------------------------------------------------------------- real runs
+
+
+def test_busy_host_is_skipped_unless_forced(tmp_path: Path) -> None:
+    spec = HostSpec(name="local", address="localhost", connection="local")
+    facts = Facts(gpus=(Gpu(index=0, name="NVIDIA H200"),),
+                  gpu_processes=(GpuProcess(pid=4242, name="python3"),))
+    before = set(Path("/tmp").glob("gpufleet-smoke.*"))
+    res = run_smoke(spec, LocalTransport(spec), facts)
+    assert res.status == "busy"
+    assert res.error is not None and "pid 4242 python3" in res.error and "--force" in res.error
+    assert set(Path("/tmp").glob("gpufleet-smoke.*")) == before  # the run dir went too
+
+
+def _fake_python(path: Path, nccl: str) -> str:
+    path.write_text(f"#!/bin/sh\necho '{{\"torch\": \"2.11.0+cu130\", \"cuda\": \"13.0\", "
+                    f"\"nccl\": \"{nccl}\"}}'\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def test_multinode_refuses_mismatched_nccl_before_launching(tmp_path: Path) -> None:
+    members = []
+    for name, nccl in (("n1", "2.28.9"), ("n2", "2.27.3")):
+        spec = HostSpec(name=name, address="localhost", connection="local", expect=Expectations(
+            smoke_python=_fake_python(tmp_path / f"py-{name}", nccl)))
+        members.append((spec, LocalTransport(spec), Facts()))
+    res = run_multinode(members)
+    assert set(res) == {"n1", "n2"}
+    for r in res.values():
+        assert r.status == "error" and r.hosts == ("n1", "n2")
+        assert r.error is not None
+        assert "NCCL versions differ across the group: n1 2.28.9, n2 2.27.3" in r.error
+
+
+@pytest.mark.slow
+def test_runner_timeout_kills_a_hung_run_and_names_the_rank() -> None:
+    """A rank stops before a collective and the process-group timeout is far away: the runner's
+    own timeout must end the run, name the rank, and leave no process behind."""
+    import sys  # noqa: PLC0415
+
+    spec = HostSpec(name="local", address="localhost", connection="local",
+                    expect=Expectations(smoke_python=sys.executable))
+    opts = SmokeOptions(test_hang_rank=1, pg_timeout=600)
+    t = time.monotonic()
+    res = run_smoke(spec, LocalTransport(spec), Facts(), timeout=30, options=opts)
+    took = time.monotonic() - t
+    assert res.status == "timeout", res.error
+    assert res.hung_ranks == (1,)
+    assert res.error is not None and "exceeded its timeout" in res.error
+    assert "rank(s) 1 hung" in res.error
+    assert took < 30 + 30, took  # the deadline plus the cleanup's bounded kill loop
+    assert _live_smoke_pids() == [], "processes of the smoke run survived the kill"
+    assert not os.path.exists("/tmp/gpufleet-smoke.abc")

@@ -1,0 +1,121 @@
+"""smoke_ddp.py's pure parts: version formats, the bandwidth verdict, the world aggregation.
+
+The script runs on hosts under torchrun; these tests import it as a module (torch is imported
+only inside main), and the real runs are in test_smoke_runner.py and tests/fleet.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from gpufleet.smoke import smoke_ddp
+
+MIB = 1 << 20
+REF = {1 * MIB: 66.6, 64 * MIB: 267.8, 256 * MIB: 298.3}
+
+
+@pytest.fixture(autouse=True)
+def args(tmp_path: Path) -> None:
+    smoke_ddp.ARGS = smoke_ddp.parse_args(["--run-dir", str(tmp_path)])
+
+
+def test_script_imports_only_stdlib_and_torch() -> None:
+    tree = ast.parse(Path(smoke_ddp.__file__).read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            roots.add(node.module.split(".")[0])
+    import sys  # noqa: PLC0415
+
+    assert roots - set(sys.stdlib_module_names) - {"__future__"} == {"torch"}
+
+
+def test_nccl_and_cudnn_version_codes() -> None:
+    assert smoke_ddp.fmt_nccl((2, 28, 9)) == "2.28.9"
+    assert smoke_ddp.fmt_nccl(22809) == "2.28.9"  # NCCL >= 2.9: major*10000 + minor*100 + patch
+    assert smoke_ddp.fmt_nccl(2708) == "2.7.8"  # before: major*1000 + minor*100 + patch
+    assert smoke_ddp.fmt_cudnn(91900) == "9.19.0"
+    assert smoke_ddp.fmt_cudnn(8902) == "8.9.2"
+    assert smoke_ddp.fmt_cudnn(None) is None
+
+
+def _bw(**gbps: float) -> dict[int, dict[str, float]]:
+    sizes = {"m1": 1 * MIB, "m64": 64 * MIB, "m256": 256 * MIB}
+    return {sizes[k]: {"busbw_gbps": v} for k, v in gbps.items()}
+
+
+def test_busbw_passes_near_the_reference() -> None:
+    ok, detail, data = smoke_ddp.busbw_verdict(_bw(m1=59.2, m64=261.6, m256=292.6), REF, None, 0.8)
+    assert ok, detail
+    assert data["basis"] == "reference"
+    assert round(data["sizes"][str(64 * MIB)]["pct_of_reference"], 1) == 97.7
+
+
+def test_busbw_fails_without_p2p() -> None:
+    # The NCCL_P2P_DISABLE=1 run on the 2xH200 machine (benchmarks/results).
+    ok, detail, _ = smoke_ddp.busbw_verdict(_bw(m1=15.8, m64=26.7, m256=27.2), REF, None, 0.8)
+    assert not ok
+    assert "64 MiB: 26.7 GB/s is 10% of the reference 267.8 GB/s" in detail
+
+
+def test_busbw_floor_applies_to_the_largest_size() -> None:
+    ok, detail, _ = smoke_ddp.busbw_verdict(_bw(m1=50.0, m256=290.0), None, 300.0, 0.8)
+    assert not ok and "256 MiB: 290.0 GB/s is below the floor of 300.0 GB/s" in detail
+    ok, detail, data = smoke_ddp.busbw_verdict(_bw(m1=50.0, m256=290.0), None, None, 0.8)
+    assert ok and data["basis"] is None and "recorded, not judged" in detail
+
+
+def _rank(rank: int, *, torch_count: int = 2, smi: int | None = 2, nccl: str = "2.28.9",
+          local_world: int = 2) -> dict:
+    info = {"rank": rank, "local_rank": rank, "host": "h", "torch": "2.11.0+cu130",
+            "cuda": "13.0", "cudnn": "9.19.0", "nccl": nccl, "device": f"cuda:{rank}",
+            "torch_device_count": torch_count, "smi_count": smi, "expect_gpus": None,
+            "local_world_size": local_world}
+    checks = {"matmul": {"passed": True, "n": 8192, "dtype": "bfloat16", "tflops": 800.0},
+              "allreduce_exact": {"passed": True}, "ddp": {"passed": True, "steps": 5,
+                                                           "params": 10}}
+    return {"rank": rank, "info": info, "checks": checks, "bw": {}}
+
+
+def _checks(ranks: list[dict]) -> dict[str, dict]:
+    checks, _ = smoke_ddp.aggregate(ranks, None, {})
+    return {c["name"]: c for c in checks}
+
+
+def test_world_of_one_says_no_bandwidth_was_measured() -> None:
+    c = _checks([_rank(0, torch_count=1, smi=1, local_world=1)])
+    assert c["busbw"]["passed"] and c["busbw"]["data"]["measured"] is False
+    assert "no bandwidth measured: world size 1" in c["busbw"]["detail"]
+    assert all(v["passed"] for v in c.values())
+
+
+def test_device_count_fails_when_torch_sees_fewer_gpus_than_nvidia_smi() -> None:
+    # CUDA_VISIBLE_DEVICES=0 on the 2-GPU machine: torch 1, nvidia-smi 2, two ranks.
+    c = _checks([_rank(0, torch_count=1), _rank(1, torch_count=1)])
+    assert not c["device_count"]["passed"]
+    assert "h: torch sees 1 GPU(s), nvidia-smi lists 2" in c["device_count"]["detail"]
+    assert "h: 2 ranks but only 1 GPU(s) visible to torch" in c["device_count"]["detail"]
+
+
+def test_unreadable_nvidia_smi_fails_the_device_count() -> None:
+    c = _checks([_rank(0, smi=None), _rank(1, smi=None)])
+    assert "h: nvidia-smi could not be read" in c["device_count"]["detail"]
+
+
+def test_ranks_with_different_nccl_fail_versions() -> None:
+    c = _checks([_rank(0), _rank(1, nccl="2.27.3")])
+    assert not c["versions"]["passed"]
+    assert c["versions"]["detail"] == "ranks disagree on nccl (2.27.3 vs 2.28.9)"
+
+
+def test_a_failed_rank_is_named() -> None:
+    bad = _rank(1)
+    bad["checks"]["ddp"] = {"passed": False, "identical_to_rank0": False}
+    c = _checks([_rank(0), bad])
+    assert not c["ddp"]["passed"]
+    assert c["ddp"]["detail"].startswith("failed on rank(s) 1: ")
