@@ -329,3 +329,21 @@ def test_silent_server_times_out_at_the_connect_timeout(lab: Lab) -> None:
         for s in accepted:
             s.close()
         server.close()
+
+
+@pytest.mark.parametrize(
+    ("hop", "parsed"),
+    [
+        ("bastion", (None, "bastion", None)),
+        ("ops@bastion:2222", ("ops", "bastion", 2222)),
+        ("ssh://ops@[fd00::1]:2200", ("ops", "fd00::1", 2200)),
+        ("fd00::1", (None, "fd00::1", None)),
+    ],
+)
+def test_proxy_jump_spellings(hop: str, parsed: tuple[str | None, str, int | None]) -> None:
+    assert ssh._parse_jump(hop) == parsed
+
+
+def test_bad_proxy_jump_is_an_error_not_a_crash() -> None:
+    with pytest.raises(TransportError, match="cannot read ProxyJump 'bastion:ssh'"):
+        ssh._parse_jump("bastion:ssh")

@@ -108,16 +108,16 @@ def _resolve(address: str, *, port: int | None, user: str | None, key_files: Seq
 
 def _parse_jump(hop: str) -> tuple[str | None, str, int | None]:
     """ "[ssh://][user@]host[:port]" → (user, host, port)."""
-    hop = hop.removeprefix("ssh://")
-    user, _, rest = hop.rpartition("@")
-    host, port = rest, None
+    user, _, rest = hop.removeprefix("ssh://").rpartition("@")
+    host, port = rest, ""
     if rest.startswith("["):  # [v6]:port
         host, _, tail = rest[1:].partition("]")
-        port = int(tail[1:]) if tail.startswith(":") else None
+        port = tail[1:] if tail.startswith(":") else ""
     elif rest.count(":") == 1:
-        host, _, p = rest.partition(":")
-        port = int(p)
-    return user or None, host, port
+        host, _, port = rest.partition(":")
+    if not host or (port and not port.isdigit()):
+        raise TransportError("error", f"cannot read ProxyJump {hop!r}: want [user@]host[:port]")
+    return user or None, host, int(port) if port else None
 
 
 # --------------------------------------------------------------------------- host keys
