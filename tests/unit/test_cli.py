@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -130,10 +133,6 @@ def test_parser_knows_every_documented_option() -> None:
 
 
 def test_ctrl_c_exits_130_and_kills_what_runs_on_the_host(tmp_path: Path) -> None:
-    import os
-    import signal
-    import time
-
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "nvidia-smi").write_text("#!/bin/sh\nexec sleep 341.5\n")
