@@ -242,3 +242,30 @@ def test_runner_timeout_kills_a_hung_run_and_names_the_rank() -> None:
     assert took < 30 + 30, took  # the deadline plus the cleanup's bounded kill loop
     assert _live_smoke_pids() == [], "processes of the smoke run survived the kill"
     assert not os.path.exists("/tmp/gpufleet-smoke.abc")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_run_leaves_nothing_behind() -> None:
+    """KeyboardInterrupt while torchrun runs: the runner kills the run's session and every
+    process with its marker (torchrun's workers live in sessions of their own), then re-raises."""
+    import signal  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    spec = HostSpec(name="local", address="localhost", connection="local",
+                    expect=Expectations(smoke_python=sys.executable))
+    before = set(Path("/tmp").glob("gpufleet-smoke.*"))
+    opts = SmokeOptions(test_hang_rank=1, pg_timeout=600)
+
+    def interrupt_once_started() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _live_smoke_pids():
+            time.sleep(0.2)
+        time.sleep(3)  # torchrun has started its workers by now (or is importing torch)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_smoke(spec, LocalTransport(spec), Facts(), timeout=120, options=opts)
+    assert _live_smoke_pids() == [], "processes of the smoke run survived Ctrl-C"
+    assert set(Path("/tmp").glob("gpufleet-smoke.*")) == before
