@@ -347,3 +347,16 @@ def test_proxy_jump_spellings(hop: str, parsed: tuple[str | None, str, int | Non
 def test_bad_proxy_jump_is_an_error_not_a_crash() -> None:
     with pytest.raises(TransportError, match="cannot read ProxyJump 'bastion:ssh'"):
         ssh._parse_jump("bastion:ssh")
+
+
+def test_accept_new_records_a_key_once_for_many_names_of_one_host(lab: Lab) -> None:
+    specs = [spec(lab, name=f"alias{i}") for i in range(4)]
+
+    def work(s: HostSpec) -> HostResult:
+        connect(s, accept_new_host_keys=True).close()
+        return HostResult(name=s.name, status="ok")
+
+    results = fan_out(specs, work, forks=4, progress=False)
+    assert {r.status for r in results.values()} == {"ok"}
+    lines = (lab.home / ".ssh" / "known_hosts").read_text().splitlines()
+    assert len(lines) == 1

@@ -201,6 +201,8 @@ def _check_host_key(t: paramiko.Transport, target: _Target, known: Sequence[para
     if path == "/dev/null":
         return
     with _lock:
+        if any(k.asbytes() == key.asbytes() for k in _known_keys(target)):
+            return  # another host with the same address recorded it meanwhile
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
         with open(path, "a", encoding="ascii") as f:
             f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
