@@ -340,4 +340,5 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
         entry = Text(f"  {name}: ", style="bold red" if results[name].status != "ok" else "yellow")
         entry.append(text)
         console.print(entry)
-    return out.getvalue()
+    # rich pads every cell; trailing blanks only get in the way of diffs and golden files.
+    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
