@@ -31,6 +31,11 @@ class PlayResult:
     recap: dict[str, dict[str, int]]
     log: Path
 
+    @property
+    def flat(self) -> str:
+        """The output with whitespace collapsed: the YAML callback wraps long messages."""
+        return " ".join(self.output.split())
+
     def tail(self, n: int = 6000) -> str:
         return f"(full log: {self.log})\n{self.output[-n:]}"
 

@@ -132,4 +132,4 @@ def test_built_collection_installs_and_runs_by_fqcn(tmp_path: Path) -> None:
     res = run_playbook(play, Path("localhost,"), tmp_path / "logs", "fqcn", env=env, cwd=tmp_path)
     assert res.rc != 0, res.tail()
     refused = "Refused: NVIDIA Container Toolkit 1.17.8 is below the security floor"
-    assert refused in res.output, res.tail()
+    assert refused in res.flat, res.tail()
