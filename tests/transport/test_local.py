@@ -12,7 +12,7 @@ import pytest
 
 from gpufleet.model import HostSpec
 from gpufleet.transport import TransportError, connect, interrupt_all
-from gpufleet.transport._remote import CANCEL
+from gpufleet.transport._remote import CANCEL, split_marker
 
 HERE = HostSpec(name="localhost", address="localhost", connection="local")
 
@@ -93,3 +93,18 @@ def test_interrupt_kills_the_running_command() -> None:
         assert gone("sleep 332.5")
     finally:
         CANCEL.clear()
+
+
+@pytest.mark.parametrize(
+    ("stderr", "group", "rest"),
+    [
+        (b"gpufleet-pgid=41 40\nboom\n", (41, 40), b"boom\n"),
+        (b"gpufleet-pgid=41\n", (41, None), b""),
+        (b"sudo: unable to resolve host x\ngpufleet-pgid=7 6\nerr\n", (7, 6),
+         b"sudo: unable to resolve host x\nerr\n"),
+        (b"gpufleet-pgid=41 4", None, b"gpufleet-pgid=41 4"),  # line not complete yet
+        (b"sudo: a password is required\n", None, b"sudo: a password is required\n"),
+    ],
+)
+def test_wrapper_line_is_found_and_removed(stderr: bytes, group: object, rest: bytes) -> None:
+    assert split_marker(stderr) == (group, rest)

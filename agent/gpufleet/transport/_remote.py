@@ -72,16 +72,20 @@ Group = tuple[int, int | None]  # (process group id, session id)
 
 
 def split_marker(stderr: bytes) -> tuple[Group | None, bytes]:
-    """((pgid, sid), the rest of stderr) when the wrapper's first line is there."""
-    if not stderr.startswith(PGID_MARKER):
+    """((pgid, sid), stderr without the wrapper's line) once that line has arrived.
+
+    Usually the first line; sudo may print warnings before it ("unable to resolve host").
+    """
+    start = 0 if stderr.startswith(PGID_MARKER) else stderr.find(b"\n" + PGID_MARKER) + 1
+    if start == 0 and not stderr.startswith(PGID_MARKER):
         return None, stderr
-    line, sep, rest = stderr.partition(b"\n")
-    if not sep:
+    end = stderr.find(b"\n", start)
+    if end < 0:
         return None, stderr
-    words = line[len(PGID_MARKER):].split()
+    words = stderr[start + len(PGID_MARKER):end].split()
     try:
         pgid = int(words[0])
         sid = int(words[1]) if len(words) > 1 else None
     except (ValueError, IndexError):
         return None, stderr
-    return (pgid, sid), rest
+    return (pgid, sid), stderr[:start] + stderr[end + 1:]

@@ -468,7 +468,7 @@ class SshTransport(Transport):
                     out.append(chan.recv(1 << 16))
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
-                    if group is None and b"\n" in err:
+                    if group is None:
                         group, err = _remote.split_marker(err)
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
