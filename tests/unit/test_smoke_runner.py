@@ -158,6 +158,17 @@ def test_multinode_command_uses_c10d_on_the_first_host_over_loopback() -> None:
         assert "GLOO_SOCKET_IFNAME=lo" in argv and "--standalone" not in argv
 
 
+def test_local_addr_only_where_torchrun_has_it() -> None:
+    h = _host("n1", "127.0.0.2")
+    rdzv = {"endpoint": "127.0.0.2:29999", "id": "x", "nnodes": 2, "is_host": True}
+    h.versions = {"torch": "2.1.2+cu121"}
+    old = runner._command(h, level="quick", opts=SmokeOptions(), nproc=1, ref=None,
+                          timeout=60, rendezvous=rdzv)
+    assert not any(a.startswith("--local_addr") for a in old)
+    assert runner._torch_at_least("2.11.0+cu130", (2, 2))
+    assert not runner._torch_at_least("2.1.2", (2, 2))
+
+
 def test_options_from_env() -> None:
     o = SmokeOptions.from_env({"GPUFLEET_SMOKE_TEST_HANG": "1:ddp", "GPUFLEET_SMOKE_SIZES": "1,2",
                                "GPUFLEET_SMOKE_PG_TIMEOUT": "5", "GPUFLEET_SMOKE_NPROC": "3"})

@@ -459,8 +459,10 @@ def _command(
         trun += [
             f"--nnodes={rendezvous['nnodes']}", "--rdzv_backend=c10d",
             f"--rdzv_endpoint={rendezvous['endpoint']}", f"--rdzv_id={rendezvous['id']}",
-            f"--rdzv_conf={conf}", f"--local_addr={exp.smoke_address or h.spec.address}",
+            f"--rdzv_conf={conf}",
         ]  # fmt: skip
+        if _torch_at_least(h.versions.get("torch"), (2, 2)):  # pytorch#88922; surely in 2.2
+            trun.append(f"--local_addr={exp.smoke_address or h.spec.address}")
     env = {MARKER: h.run_id, "PYTHONUNBUFFERED": "1", **opts.env}
     iface = exp.smoke_interface or (
         "lo" if rendezvous is not None and h.spec.address.startswith("127.") else None
@@ -488,6 +490,12 @@ def _command(
     return ["setsid", "-w", "sh", "-c", wrapper, "sh", h.run_dir,
             "timeout", "-k", "45", f"{math.ceil(timeout) + 10}",
             "env", *envs, *inner]  # fmt: skip
+
+
+def _torch_at_least(version: str | None, want: tuple[int, int]) -> bool:
+    """True for "2.11.0+cu130" >= (2, 2); True when unknown (assume a current torch)."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return m is None or (int(m.group(1)), int(m.group(2))) >= want
 
 
 def _container(h: _Host) -> str:
@@ -531,11 +539,11 @@ def _each(hosts: Sequence[_Host], fn: Any) -> None:
     threads = [threading.Thread(target=call, args=(h,), daemon=True) for h in hosts[1:]]
     for t in threads:
         t.start()
-    try:
-        call(hosts[0])
-    finally:
-        for t in threads:
-            t.join()
+    # The first host in this thread, uncaught: Ctrl-C must reach the caller's cleanup now, not
+    # after the other hosts' runs end on their own (the cleanup is what ends them).
+    fn(hosts[0])
+    for t in threads:
+        t.join()
     if errors:
         raise errors[0]
 
