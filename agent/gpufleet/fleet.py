@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpufleet import probes
 from gpufleet.fanout import fan_out
-from gpufleet.model import Facts, HostResult, HostSpec, SmokeResult
+from gpufleet.model import CommandResult, Facts, HostResult, HostSpec, SmokeResult
 from gpufleet.transport import Transport, TransportError, connect
 
 
@@ -30,10 +30,38 @@ def _raw_sink(raw_dir: Path | None, name: str) -> Callable[[str], None] | None:
     return sink
 
 
+class _Watched(Transport):
+    """Passes everything through and remembers whether a command ran out of time."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.name = inner.name
+        self.inner = inner
+        self.timed_out = False
+
+    def run(self, argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
+            env: Mapping[str, str] | None = None) -> CommandResult:
+        result = self.inner.run(argv, timeout=timeout, stdin=stdin, env=env)
+        self.timed_out = self.timed_out or result.timed_out
+        return result
+
+    def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        self.inner.put(data, remote_path, mode)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 def _probe(transport: Transport, spec: HostSpec, probe_timeout: float,
-           raw_dir: Path | None) -> Facts:
-    return probes.collect(transport, spec, timeout=probe_timeout,
-                          raw_sink=_raw_sink(raw_dir, spec.name))
+           raw_dir: Path | None) -> HostResult:
+    """The host's facts; a probe that ran out of time keeps its partial facts as "timeout"."""
+    watched = _Watched(transport)
+    facts = probes.collect(watched, spec, timeout=probe_timeout,
+                           raw_sink=_raw_sink(raw_dir, spec.name))
+    if watched.timed_out:
+        why = facts.errors.get("probe") or f"probe did not finish within {probe_timeout:g} s"
+        return HostResult(name=spec.name, status="timeout", error=f"{spec.name}: {why}",
+                          facts=facts)
+    return HostResult(name=spec.name, status="ok", facts=facts)
 
 
 def gather_facts(
@@ -52,10 +80,9 @@ def gather_facts(
         try:
             with connect(spec, connect_timeout=connect_timeout,
                          accept_new_host_keys=accept_new_host_keys) as transport:
-                facts = _probe(transport, spec, probe_timeout, raw_dir)
+                return _probe(transport, spec, probe_timeout, raw_dir)
         except TransportError as exc:
             return HostResult(name=spec.name, status=exc.status, error=exc.message)
-        return HostResult(name=spec.name, status="ok", facts=facts)
 
     return fan_out(specs, work, forks=forks, progress=progress, label="facts")
 
@@ -100,19 +127,22 @@ def run_check(
             return HostResult(name=spec.name, status=exc.status, error=exc.message)
         keep = False
         try:
-            facts = _probe(transport, spec, probe_timeout, raw_dir)
+            probed = _probe(transport, spec, probe_timeout, raw_dir)
+            facts = probed.facts
+            if probed.status != "ok" or facts is None:
+                return probed
             reason = None if smoke_without_gpu else _no_gpu(facts)
             if reason:
                 skipped = SmokeResult(status="skipped", level=level, error=reason)
-                return HostResult(name=spec.name, status="ok", facts=facts, smoke=skipped)
+                return dataclasses.replace(probed, smoke=skipped)
             if multinode:
                 keep = True
                 with lock:
                     held[spec.name] = transport
-                return HostResult(name=spec.name, status="ok", facts=facts)
+                return probed
             smoke = _smoke_guarded(level, lambda: runner.run_smoke(
                 spec, transport, facts, level=level, timeout=smoke_timeout, force=force))
-            return HostResult(name=spec.name, status="ok", facts=facts, smoke=smoke)
+            return dataclasses.replace(probed, smoke=smoke)
         except TransportError as exc:
             return HostResult(name=spec.name, status=exc.status, error=exc.message)
         finally:

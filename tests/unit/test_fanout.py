@@ -204,3 +204,24 @@ def test_rich_progress_renders_to_a_terminal(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr("sys.stderr", err)
     fan_out(SPECS[:2], lambda s: HostResult(name=s.name, status="ok"), progress=None)
     assert "hosts" in err.getvalue() and "2/2" in err.getvalue()
+
+
+def test_probe_that_runs_out_of_time_is_timeout_with_partial_facts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def collect(transport: Transport, spec: HostSpec, *, timeout: float,
+                raw_sink: Callable[[str], None] | None = None) -> Facts:
+        r = transport.run(["sleep", "5"], timeout=0.3)
+        assert r.timed_out
+        return Facts(os=OsInfo(kernel="6.1"), errors={"probe": "probe did not finish"})
+
+    def run_smoke(*args: object, **kwargs: object) -> SmokeResult:
+        raise AssertionError("no smoke test on a host that timed out")
+
+    monkeypatch.setattr(gpufleet.probes, "collect", collect)
+    monkeypatch.setattr(runner, "run_smoke", run_smoke)
+    for results in (fleet.gather_facts(SPECS[:1], progress=False),
+                    fleet.run_check(SPECS[:1], level="quick", progress=False)):
+        h = results["h00"]
+        assert (h.status, h.error) == ("timeout", "h00: probe did not finish")
+        assert h.facts is not None and h.facts.os.kernel == "6.1" and h.smoke is None
