@@ -234,6 +234,18 @@ def test_multinode_refuses_mismatched_nccl_before_launching(tmp_path: Path) -> N
         assert "NCCL versions differ across the group: n1 2.28.9, n2 2.27.3" in r.error
 
 
+def test_multinode_refuses_a_busy_member(tmp_path: Path) -> None:
+    members = []
+    for name, procs in (("n1", ()), ("n2", (GpuProcess(pid=99, name="train.py"),))):
+        spec = HostSpec(name=name, address="localhost", connection="local", expect=Expectations(
+            smoke_python=_fake_python(tmp_path / f"py-{name}", "2.28.9")))
+        facts = Facts(gpus=(Gpu(index=0, name="NVIDIA H200"),), gpu_processes=procs)
+        members.append((spec, LocalTransport(spec), facts))
+    res = run_multinode(members)
+    assert (res["n1"].status, res["n2"].status) == ("skipped", "busy")
+    assert res["n1"].error is not None and "n2: pid 99 train.py" in res["n1"].error
+
+
 @pytest.mark.slow
 def test_runner_timeout_kills_a_hung_run_and_names_the_rank() -> None:
     """A rank stops before a collective and the process-group timeout is far away: the runner's

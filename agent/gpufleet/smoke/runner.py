@@ -160,6 +160,7 @@ def run_multinode(
     *,
     level: str = "quick",
     timeout: float = 600.0,
+    force: bool = False,
     options: SmokeOptions | None = None,
 ) -> dict[str, SmokeResult]:
     """One world over every member (torchrun with c10d rendezvous on the first host).
@@ -183,6 +184,15 @@ def run_multinode(
         mismatch = _version_mismatch(hosts)
         if mismatch:
             return _all(hosts, level, mismatch)
+        busy = [h for h in hosts if h.busy]
+        if busy and not force:
+            _each(hosts, lambda h: _cleanup(h, quiet=True))
+            why = "; ".join(f"{h.spec.name}: {', '.join(h.busy)}" for h in busy)
+            names = tuple(h.spec.name for h in hosts)
+            return {h.spec.name: SmokeResult(
+                status="busy" if h.busy else "skipped", level=level, hosts=names,
+                error=f"multinode smoke not started: GPU compute processes already running "
+                f"({why}); rerun with --force to test anyway") for h in hosts}  # fmt: skip
         nprocs = {_nproc(h, opts) for h in hosts}
         if len(nprocs) != 1:
             counts = ", ".join(f"{h.spec.name} {_nproc(h, opts)}" for h in hosts)
