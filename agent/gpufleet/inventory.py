@@ -51,20 +51,23 @@ def load_inventory(sources: Sequence[str] | None, limit: str | None = None) -> l
             raise InventoryError(_join(str(exc), warnings)) from exc
         if warnings:
             raise InventoryError(_join(None, warnings))
-        had_hosts = bool(inventory.list_hosts("all"))
+    had_hosts = bool(inventory.list_hosts("all"))
+    with _capture_warnings(inventory_manager) as warnings:
         try:
             if limit:
                 inventory.subset(limit)
             hosts = inventory.list_hosts("all")
         except AnsibleError as exc:
             raise InventoryError(_join(str(exc), warnings)) from exc
+    if not had_hosts:
+        raise InventoryError(f"inventory {', '.join(sources)} has no hosts")
     if not hosts:
-        if not had_hosts:
-            raise InventoryError(f"inventory {', '.join(sources)} has no hosts")
         # Ansible's own wording (ansible/cli/__init__.py get_host_list).
         raise InventoryError(_join(
             "Specified inventory, host pattern and/or --limit leaves us with no hosts to target.",
             warnings))
+    for warning in warnings:  # e.g. one misspelt name in -l: Ansible warns and goes on
+        inventory_manager.display.warning(warning)
 
     variables = VariableManager(loader=loader, inventory=inventory)
     specs = []

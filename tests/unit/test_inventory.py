@@ -200,3 +200,16 @@ def test_ansible_advice_is_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixtu
     inv = write(tmp_path / "hosts.ini", "[gpu]\ngpu\nn1\n")
     assert [s.name for s in load_inventory([str(inv)])] == ["gpu", "n1"]
     assert "Found both group and host with same name: gpu" in capsys.readouterr().err
+
+
+def test_one_misspelt_name_in_the_limit_warns_as_ansible_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inv = write(tmp_path / "hosts.ini", INI)
+    assert [s.name for s in load_inventory([str(inv)], "gpu01,gpu0l")] == ["gpu01"]
+    assert "Could not match supplied host pattern, ignoring: gpu0l" in capsys.readouterr().err
+
+
+def test_empty_inventory(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="has no hosts"):
+        load_inventory([str(write(tmp_path / "hosts.yml", "all:\n  hosts: {}\n"))])
