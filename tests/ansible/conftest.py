@@ -170,9 +170,11 @@ def role_lab() -> Iterator[RoleLab]:
     mirror: tg.Mirror | None = None
     gnupg = workdir / "gnupg"
     try:
-        mirror = tg.build_mirror(workdir / "mirror", gnupg)
+        addr = tg.free_address()
+        mirror = tg.build_mirror(workdir / "mirror", gnupg, addr)
         tg.serve_mirror(mirror, logdir / "mirror-http.log")
-        t = tg.prepare_target(workdir)
+        t = tg.prepare_target(workdir, addr)
+        tg.seed_apt_cache(t)
         version = tg.probe_driver_version(t)
         tg.start_sshd(t, logdir / "sshd.log")
         inventory = workdir / "inventory.json"
@@ -181,6 +183,7 @@ def role_lab() -> Iterator[RoleLab]:
     finally:
         if t is not None:
             t.stop()
+            tg.save_apt_cache(t)
         if mirror is not None:
             mirror.stop()
         if gnupg.exists():

@@ -27,8 +27,9 @@ SUITE = "bookworm"
 # Bump when the include list or the tree preparation changes: the cached tarball is keyed on it.
 ROOTFS_VERSION = "1"
 INCLUDE = ["python3", "python3-apt", "openssh-server", "ca-certificates"]
-TARGET_ADDR = "127.0.0.70"
-MIRROR_ADDR = "127.0.0.71"
+# This suite's loopback range (other suites: 127.0.0.2-60, .200-.210). A run takes the first
+# address where neither sshd (22) nor the mirror (8071) listens: concurrent runs do not collide.
+ADDR_RANGE = range(70, 100)
 MIRROR_PORT = 8071
 TOOLKIT_VERSIONS = ["1.17.8", "1.19.1"]
 
@@ -100,6 +101,20 @@ def rootfs_tarball() -> Path:
     return tarball
 
 
+def _in_use(addr: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex((addr, port)) == 0
+
+
+def free_address() -> str:
+    for last in ADDR_RANGE:
+        addr = f"127.0.0.{last}"
+        if not _in_use(addr, 22) and not _in_use(addr, MIRROR_PORT):
+            return addr
+    raise RuntimeError(f"every address 127.0.0.{ADDR_RANGE.start}-{ADDR_RANGE.stop - 1} is in use")
+
+
 def wait_port(addr: str, port: int, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -127,6 +142,7 @@ class Mirror:
     root: Path
     url: str
     key_url: str
+    addr: str
     server: subprocess.Popen[bytes] | None = None
 
     def stop(self) -> None:
@@ -205,7 +221,7 @@ def _release(root: Path) -> str:
     return "\n".join(fields) + "\n"
 
 
-def build_mirror(root: Path, gnupghome: Path) -> Mirror:
+def build_mirror(root: Path, gnupghome: Path, addr: str) -> Mirror:
     """A flat apt repository (NVIDIA's layout), signed by a key made for this run."""
     pool = root / "pool"
     pool.mkdir(parents=True)
@@ -241,8 +257,8 @@ def build_mirror(root: Path, gnupghome: Path) -> Mirror:
     run([*gpg, "--clearsign", "-o", str(root / "InRelease"), str(root / "Release")])
     run([*gpg, "--armor", "--detach-sign", "-o", str(root / "Release.gpg"), str(root / "Release")])
     run([*gpg, "--armor", "--export", "-o", str(root / "key.asc")])
-    base = f"http://{MIRROR_ADDR}:{MIRROR_PORT}"
-    return Mirror(root=root, url=f"{base}/", key_url=f"{base}/key.asc")
+    base = f"http://{addr}:{MIRROR_PORT}"
+    return Mirror(root=root, url=f"{base}/", key_url=f"{base}/key.asc", addr=addr)
 
 
 def serve_mirror(mirror: Mirror, log: Path) -> None:
@@ -252,7 +268,7 @@ def serve_mirror(mirror: Mirror, log: Path) -> None:
             "-m",
             "http.server",
             "--bind",
-            MIRROR_ADDR,
+            mirror.addr,
             "--directory",
             str(mirror.root),
             str(MIRROR_PORT),
@@ -260,11 +276,13 @@ def serve_mirror(mirror: Mirror, log: Path) -> None:
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )
-    wait_port(MIRROR_ADDR, MIRROR_PORT)
+    wait_port(mirror.addr, MIRROR_PORT)
+    if mirror.server.poll() is not None:
+        raise RuntimeError(f"the mirror's http.server exited: {log.read_text()[-2000:]}")
 
 
-SSHD_CONFIG = f"""# gpufleet role-test target
-ListenAddress {TARGET_ADDR}
+SSHD_CONFIG = """# gpufleet role-test target
+ListenAddress {addr}
 Port 22
 HostKey /etc/ssh/ssh_host_ed25519_key
 PermitRootLogin prohibit-password
@@ -280,7 +298,7 @@ Subsystem sftp internal-sftp
 class Target:
     root: Path
     workdir: Path
-    addr: str = TARGET_ADDR
+    addr: str
     key: Path = field(init=False)
     known_hosts: Path = field(init=False)
     sshd: subprocess.Popen[bytes] | None = None
@@ -297,12 +315,12 @@ class Target:
         stop_pid(self.sshd)
 
 
-def prepare_target(workdir: Path) -> Target:
-    """Unpack the cached tree, add Debian's archives, an ssh key and a known_hosts entry."""
+def prepare_target(workdir: Path, addr: str) -> Target:
+    """Unpack the cached tree; add Debian's archives, fresh host and client keys, known_hosts."""
     root = workdir / "root"
     root.mkdir(parents=True)
     run(["tar", "-C", str(root), "--numeric-owner", "-xf", str(rootfs_tarball())])
-    t = Target(root=root, workdir=workdir)
+    t = Target(root=root, workdir=workdir, addr=addr)
     archives = host_debian_archives()
     lines = [f"deb {archives[SUITE]} {SUITE} main"]
     for suite in (f"{SUITE}-updates", f"{SUITE}-security"):
@@ -311,40 +329,55 @@ def prepare_target(workdir: Path) -> Target:
     (root / "etc/apt/sources.list").write_text("\n".join(lines) + "\n")
     for name in ("resolv.conf", "hosts"):
         shutil.copy(f"/etc/{name}", root / "etc" / name)
-    (root / "etc/ssh/sshd_config_gpufleet").write_text(SSHD_CONFIG)
-    (root / "run/sshd").mkdir(parents=True, exist_ok=True)
+    (root / "etc/ssh/sshd_config_gpufleet").write_text(SSHD_CONFIG.format(addr=addr))
+    # A host key of its own per run: a client that reached another run's sshd fails verification.
+    for old in (root / "etc/ssh").glob("ssh_host_*"):
+        old.unlink()
+    hostkey = root / "etc/ssh/ssh_host_ed25519_key"
     run(
-        [
-            "ssh-keygen",
-            "-q",
-            "-t",
-            "ed25519",
-            "-N",
-            "",
-            "-C",
-            "gpufleet-role-tests",
-            "-f",
-            str(t.key),
-        ]
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-target", "-f", str(hostkey)]
     )
+    (root / "run/sshd").mkdir(parents=True, exist_ok=True)
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-tests", "-f", str(t.key)])
     ssh_dir = root / "root/.ssh"
     ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     (ssh_dir / "authorized_keys").write_text(t.key.with_suffix(".pub").read_text())
     (ssh_dir / "authorized_keys").chmod(0o600)
-    hostkey = (root / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()
-    t.known_hosts.write_text(f"{t.addr} {hostkey[0]} {hostkey[1]}\n")
+    kind, b64 = hostkey.with_suffix(".pub").read_text().split()[:2]
+    t.known_hosts.write_text(f"{t.addr} {kind} {b64}\n")
     return t
+
+
+APT_CACHE = CACHE / "apt-archives" / f"debian12-{SUITE}"
+
+
+def _link_debs(src: Path, dst: Path) -> None:
+    """Hard-link the .debs that dst lacks (same file system: no copy). Each run has its own archive
+    dir, so concurrent runs never contend for apt's lock on a shared one."""
+    dst.mkdir(parents=True, exist_ok=True)
+    for deb in src.glob("*.deb"):
+        target = dst / deb.name
+        if not target.exists():
+            try:
+                os.link(deb, target)
+            except OSError:
+                shutil.copy2(deb, target)
+
+
+def seed_apt_cache(t: Target) -> None:
+    _link_debs(APT_CACHE, t.root / "var/cache/apt/archives")
+
+
+def save_apt_cache(t: Target) -> None:
+    _link_debs(t.root / "var/cache/apt/archives", APT_CACHE)
 
 
 def start_sshd(t: Target, log: Path) -> None:
     """sshd in its own mount namespace: the bind mounts vanish with it, also after a crash."""
-    archives = CACHE / "apt-archives" / f"debian12-{SUITE}"
-    (archives / "partial").mkdir(parents=True, exist_ok=True)
     r = str(t.root)
     script = (
         "set -e; "
         f"mount --rbind /dev {r}/dev; mount --bind /proc {r}/proc; mount --rbind /sys {r}/sys; "
-        f"mount --bind {archives} {r}/var/cache/apt/archives; "
         f"exec chroot {r} /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config_gpufleet"
     )
     # unshare without --fork execs sh, which execs chroot, which execs sshd: Popen's pid is sshd's.
@@ -355,6 +388,8 @@ def start_sshd(t: Target, log: Path) -> None:
     )
     try:
         wait_port(t.addr, 22)
+        if t.sshd.poll() is not None:
+            raise RuntimeError("sshd exited")
     except RuntimeError:
         t.stop()
         raise RuntimeError(f"sshd did not start: {log.read_text()[-2000:]}") from None

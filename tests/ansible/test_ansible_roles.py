@@ -1,9 +1,9 @@
 """Converge a real Debian 12 target over SSH with the collection's roles and prove the result.
 
-The target is a debootstrap chroot running its own sshd on 127.0.0.70 (host key verified); Debian's
-real non-free driver packages come from Debian's archive, the NVIDIA Container Toolkit from a signed
-local apt mirror of stand-in packages (the air-gapped mirror path). No systemd runs in the chroot,
-so service tasks must be skipped visibly.
+The target is a debootstrap chroot running its own sshd on 127.0.0.70-99 (host key verified).
+Debian's real non-free driver packages come from Debian's archive, the NVIDIA Container Toolkit
+from a signed local apt mirror of stand-in packages (the air-gapped mirror path). No systemd runs
+in the chroot, so service tasks must be skipped visibly.
 """
 
 from __future__ import annotations
@@ -201,3 +201,21 @@ def test_verify_playbook_runs_gpufleet_check_for_the_play_hosts(
     assert (res.rc == 0) is play_ok, res.tail()
     if not play_ok:
         assert "gpufleet check exited 1 (findings at or above --fail-on)" in res.flat, res.tail()
+
+
+def test_containerd_engine_gets_the_nvidia_runtime_as_a_drop_in(
+    converged: PlayResult, role_lab: RoleLab
+) -> None:
+    """Runs last: switches the converged target's engine to containerd (Debian's real package)."""
+    assert converged.rc == 0, "converge failed; see test_converge_succeeds"
+    extra = role_lab.converge_vars() | {"container_runtime_engine": "containerd"}
+    tags = ("--tags", "container_runtime,nvidia_container_toolkit")
+    res = role_lab.play(SITE, "containerd", *tags, extra_vars=extra)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    etc = role_lab.target.root / "etc/containerd"
+    config = (etc / "config.toml").read_text()
+    assert 'imports = ["/etc/containerd/conf.d/*.toml"]' in config.splitlines(), config
+    dropin = (etc / "conf.d/99-nvidia.toml").read_text()
+    assert "containerd.runtimes.nvidia]" in dropin, dropin
+    again = role_lab.play(SITE, "containerd-again", *tags, extra_vars=extra)
+    assert again.rc == 0 and again.host()["changed"] == 0, again.tail()
