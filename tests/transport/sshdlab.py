@@ -47,7 +47,7 @@ class Sshd:
 
 
 def start_sshd(base: Path, address: str, authorized: Path, extra: str = "",
-               port: int = PORT) -> Sshd:
+               port: int = PORT, sftp: bool = True) -> Sshd:
     base.mkdir(parents=True, exist_ok=True)
     host_key = keygen(base / "host_ed25519")
     config = base / "sshd_config"
@@ -59,8 +59,10 @@ def start_sshd(base: Path, address: str, authorized: Path, extra: str = "",
         f"AuthorizedKeysFile {authorized}\n"
         "UsePAM no\nStrictModes no\nPermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "AllowTcpForwarding yes\nSubsystem sftp internal-sftp\nLogLevel DEBUG1\n"
-        "MaxStartups 100:30:200\n" + extra
+        "AllowTcpForwarding yes\nLogLevel DEBUG1\n"
+        "MaxStartups 100:30:200\n"
+        + ("Subsystem sftp internal-sftp\n" if sftp else "")
+        + extra
     )
     proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)])
     deadline = time.monotonic() + 10

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sshdlab import PORT, Lab, keygen
+from sshdlab import PORT, Lab, keygen, start_sshd
 
 from gpufleet.fanout import fan_out
 from gpufleet.model import HostResult, HostSpec
@@ -360,3 +360,17 @@ def test_accept_new_records_a_key_once_for_many_names_of_one_host(lab: Lab) -> N
     assert {r.status for r in results.values()} == {"ok"}
     lines = (lab.home / ".ssh" / "known_hosts").read_text().splitlines()
     assert len(lines) == 1
+
+
+def test_put_without_an_sftp_subsystem_falls_back_to_cat(lab: Lab, tmp_path: Path) -> None:
+    server = start_sshd(tmp_path / "nosftp", "127.0.0.204", lab.root / "authorized_keys",
+                        sftp=False)
+    try:
+        lab.known_hosts(server)
+        dest = tmp_path / "shipped.sh"
+        with connect(spec(lab, address="127.0.0.204")) as t:
+            t.put(b"echo hi\n", str(dest), 0o700)
+        assert dest.read_bytes() == b"echo hi\n"
+        assert dest.stat().st_mode & 0o777 == 0o700
+    finally:
+        server.stop()

@@ -529,8 +529,15 @@ class SshTransport(Transport):
     def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         try:
             if self._sftp is None:
-                self._sftp = self._client.open_sftp_client()
-            assert self._sftp is not None
+                # Our own channel, so that a host that stops answering times out here too.
+                chan = self._session()
+                try:
+                    chan.settimeout(max(60.0, self._timeout))
+                    chan.invoke_subsystem("sftp")
+                    self._sftp = paramiko.SFTPClient(chan)
+                except BaseException:
+                    chan.close()
+                    raise
             with self._sftp.open(remote_path, "wb") as f:
                 f.set_pipelined(True)
                 f.write(data)
