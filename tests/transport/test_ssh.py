@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -374,3 +375,27 @@ def test_put_without_an_sftp_subsystem_falls_back_to_cat(lab: Lab, tmp_path: Pat
         assert dest.stat().st_mode & 0o777 == 0o700
     finally:
         server.stop()
+
+
+def _descendants(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    kids = [int(p) for p in out.split()]
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def test_a_host_that_stops_answering_times_out_instead_of_hanging(lab: Lab) -> None:
+    lab.known_hosts(lab.target)
+    t = connect(spec(lab))
+    frozen = _descendants(lab.target.proc.pid)  # this connection's sshd processes
+    assert frozen
+    try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        r = t.run(["true"], timeout=1.5)
+        assert r.timed_out and r.rc is None
+        assert time.monotonic() - started < 4
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        t.close()

@@ -435,10 +435,15 @@ class SshTransport(Transport):
         self._timeout = connect_timeout
         self._sftp: paramiko.SFTPClient | None = None
 
-    def _session(self) -> paramiko.Channel:
+    def _session(self, timeout: float | None = None) -> paramiko.Channel | None:
+        """A new channel; None when the host did not answer within `timeout` (it is stuck)."""
+        wait = self._timeout if timeout is None else min(self._timeout, timeout)
+        started = time.monotonic()
         try:
-            return self._client.open_session(timeout=self._timeout)
+            return self._client.open_session(timeout=wait)
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if self._client.is_active() and time.monotonic() - started >= wait * 0.9:
+                return None
             raise TransportError("unreachable", f"{self.name}: connection lost ({exc})") from exc
 
     def run(
@@ -453,15 +458,35 @@ class SshTransport(Transport):
             argv, timeout, env, self._spec.become, self._spec.become_user))
         started = time.monotonic()
         deadline = started + timeout
-        chan = self._session()
         out: list[bytes] = []
         err = b""
         group: _remote.Group | None = None
+        chan = self._session(timeout)
+        if chan is None:  # nothing started on the host: there is nothing to kill
+            return self._result(None, out, err, started, timed_out=True)
+        # paramiko waits for the exec reply (and for window space to send stdin) without a
+        # timeout: a host that stops answering would hold this thread forever.
+        stuck: list[bool] = []
+
+        def give_up() -> None:
+            stuck.append(True)
+            chan.close()
+
+        watchdog = threading.Timer(timeout, give_up)
+        watchdog.daemon = True
+        watchdog.start()
         try:
-            chan.exec_command(line)
-            if stdin:
-                chan.sendall(stdin)
-            chan.shutdown_write()
+            try:
+                chan.exec_command(line)
+                if stdin:
+                    chan.sendall(stdin)
+                chan.shutdown_write()
+            except (paramiko.SSHException, OSError, EOFError):
+                if stuck:
+                    return self._result(None, out, err, started, timed_out=True)
+                raise
+            finally:
+                watchdog.cancel()
             fd = chan.fileno()  # readable whenever stdout or stderr has data or EOF arrived
             while True:
                 while chan.recv_ready():
@@ -531,6 +556,9 @@ class SshTransport(Transport):
             if self._sftp is None:
                 # Our own channel, so that a host that stops answering times out here too.
                 chan = self._session()
+                if chan is None:
+                    raise TransportError("timeout", f"{self.name}: no answer to an SFTP "
+                                         f"request within {self._timeout:g} s")
                 try:
                     chan.settimeout(max(60.0, self._timeout))
                     chan.invoke_subsystem("sftp")
