@@ -183,14 +183,18 @@ def _check_host_key(t: paramiko.Transport, target: _Target, known: Sequence[para
         return
     name = _known_name(target)
     where = f"{target.label} ({target.host}:{target.port})"
-    if known:
-        expected = ", ".join(_fingerprint(k) for k in known)
-        raise TransportError(
+
+    def changed(expected: Sequence[paramiko.PKey]) -> TransportError:
+        return TransportError(
             "hostkey_mismatch",
-            f"host key for {where} changed: expected {expected}, got {_fingerprint(key)}. "
+            f"host key for {where} changed: expected "
+            f"{', '.join(_fingerprint(k) for k in expected)}, got {_fingerprint(key)}. "
             f"If the host was reinstalled, remove the old key (ssh-keygen -R '{name}') "
             "and connect again; otherwise treat this as an attack.",
         )
+
+    if known:
+        raise changed(known)
     if not (accept_new or target.accept_unknown):
         raise TransportError(
             "hostkey_mismatch",
@@ -201,11 +205,20 @@ def _check_host_key(t: paramiko.Transport, target: _Target, known: Sequence[para
     if path == "/dev/null":
         return
     with _lock:
-        if any(k.asbytes() == key.asbytes() for k in _known_keys(target)):
-            return  # another host with the same address recorded it meanwhile
+        # Another host with the same address may have recorded a key meanwhile.
+        now = _known_keys(target)
+        if any(k.asbytes() == key.asbytes() for k in now):
+            return
+        if now:
+            raise changed(now)
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
         with open(path, "a", encoding="ascii") as f:
             f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+        # Keep the parsed file current instead of re-reading it for every new host.
+        hit = _file_cache.get(path)
+        hostkeys = hit[1] if hit is not None else paramiko.HostKeys()
+        hostkeys.add(name, key.get_name(), key)
+        _file_cache[path] = (os.stat(path).st_mtime, hostkeys)
 
 
 # --------------------------------------------------------------------------- client keys
