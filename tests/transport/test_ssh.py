@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -242,9 +244,9 @@ def test_interrupt_kills_the_running_command_and_returns_at_once(lab: Lab) -> No
         t.close()
 
 
-def test_keys_come_from_ssh_agent(lab: Lab, tmp_path: Path,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    lab.known_hosts(lab.target)
+@pytest.fixture()
+def agent_with_client_key(lab: Lab, tmp_path: Path,
+                          monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
@@ -254,12 +256,36 @@ def test_keys_come_from_ssh_agent(lab: Lab, tmp_path: Path,
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         subprocess.run(["ssh-add", "-q", str(lab.client_key)], check=True,
                        env={**os.environ, "SSH_AUTH_SOCK": str(sock)})
-        # No identity file anywhere: only the agent holds the authorized key.
-        with connect(spec(lab, key_files=())) as t:
-            assert t.run(["true"], timeout=10).rc == 0
+        yield sock
     finally:
         agent.terminate()
         agent.wait()
+
+
+def test_keys_come_from_ssh_agent(lab: Lab, agent_with_client_key: Path) -> None:
+    lab.known_hosts(lab.target)
+    # No identity file anywhere: only the agent holds the authorized key.
+    with connect(spec(lab, key_files=())) as t:
+        assert t.run(["true"], timeout=10).rc == 0
+
+
+def test_identities_only_limits_the_agent_to_the_identity_files(
+    lab: Lab, agent_with_client_key: Path, tmp_path: Path
+) -> None:
+    lab.known_hosts(lab.target)
+    # An encrypted copy of the authorized key: the agent signs for it.
+    locked = tmp_path / "id_locked"
+    shutil.copy(lab.client_key, locked)
+    shutil.copy(lab.client_key.with_suffix(".pub"), locked.with_suffix(".pub"))
+    locked.chmod(0o600)
+    subprocess.run(["ssh-keygen", "-q", "-p", "-N", "pass-phrase", "-P", "", "-f", str(locked)],
+                   check=True)
+    (lab.home / ".ssh" / "config").write_text("Host *\n  IdentitiesOnly yes\n")
+    with connect(spec(lab, key_files=(str(locked),))) as t:
+        assert t.run(["true"], timeout=10).rc == 0
+    # The agent's key is not offered for an identity file it does not belong to.
+    err = failure(spec(lab, key_files=(str(lab.stranger_key),)))
+    assert err.status == "auth_failed" and "agent:" not in err.message
 
 
 def test_encrypted_key_without_agent_says_so(lab: Lab, tmp_path: Path) -> None:

@@ -242,6 +242,16 @@ def _load_key(path: str) -> paramiko.PKey | str:
     return key
 
 
+def _public_blobs(key_files: Sequence[str]) -> set[str]:
+    """Base64 public keys of the identity files, from their .pub companions."""
+    blobs = set()
+    for path in key_files:
+        with (contextlib.suppress(OSError, IndexError, UnicodeDecodeError),
+              open(path + ".pub", encoding="ascii") as f):
+            blobs.add(f.read().split()[1])
+    return blobs
+
+
 def _authenticate(t: paramiko.Transport, target: _Target, timeout: float) -> None:
     tried: list[str] = []
     candidates: list[tuple[str, paramiko.PKey]] = []
@@ -252,12 +262,15 @@ def _authenticate(t: paramiko.Transport, target: _Target, timeout: float) -> Non
         elif key is not None:
             tried.append(f"{path}: {key}")
     agent: paramiko.Agent | None = None
-    if not target.identities_only and os.environ.get("SSH_AUTH_SOCK"):
+    if os.environ.get("SSH_AUTH_SOCK"):
+        # IdentitiesOnly still lets the agent sign for the identity files (encrypted ones).
+        wanted = _public_blobs(target.key_files) if target.identities_only else None
         try:
             agent = paramiko.Agent()
             have = {k.asbytes() for _, k in candidates}
             candidates += [(f"agent:{k.fingerprint}", k) for k in agent.get_keys()
-                           if k.asbytes() not in have]
+                           if k.asbytes() not in have
+                           and (wanted is None or k.get_base64() in wanted)]
         except paramiko.SSHException as exc:
             tried.append(f"ssh-agent: {exc}")
     t.auth_timeout = timeout
