@@ -5,6 +5,8 @@ Addresses 127.0.0.2-60 belong to the shared test fleet; these stay out of its wa
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
 import subprocess
 import time
@@ -13,6 +15,12 @@ from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
+
+
+def _die_with_parent() -> None:
+    # If pytest is killed outright, the kernel stops sshd too (no daemon left on the address).
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def keygen(path: Path, kind: str = "ed25519") -> Path:
@@ -64,7 +72,8 @@ def start_sshd(base: Path, address: str, authorized: Path, extra: str = "",
         + ("Subsystem sftp internal-sftp\n" if sftp else "")
         + extra
     )
-    proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)])
+    proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)],
+                            preexec_fn=_die_with_parent)
     deadline = time.monotonic() + 10
     while True:
         try:
