@@ -310,8 +310,9 @@ def test_daemon_killed_mid_run_does_not_hide_other_hosts(tmp_path: Path) -> None
     _h200x2(facts_of(doc["hosts"], "peer-a"))
     _h200x8(facts_of(doc["hosts"], "peer-b"))
     victim = doc["hosts"]["victim"]
-    # Either a failed status or facts that say they are partial; never silently complete.
-    assert victim["status"] != "ok" or "probe" in victim["facts"]["errors"], victim
+    # The connection died under the probe: the host is unreachable, never silently "ok".
+    assert victim["status"] == "unreachable", victim
+    assert "connection lost" in victim["error"], victim
 
 
 def _wait_for_remote(fleet: Fleet, name: str, needle: str, timeout: float) -> None:

@@ -545,8 +545,11 @@ class SshTransport(Transport):
             raise
         finally:
             chan.close()
-        if rc == -1:  # paramiko: the channel closed without an exit status (killed by signal)
-            rc = None
+        if rc == -1:  # paramiko: the channel closed without an exit status
+            if not self._client.is_active():  # the host went away, not just the command
+                raise TransportError("unreachable",
+                                     f"{self.name}: connection lost while the command ran")
+            rc = None  # killed by a signal on the host
         return self._result(rc, out, err, started)
 
     @staticmethod
