@@ -109,7 +109,7 @@ def test_version_mismatch_message_names_hosts_and_versions() -> None:
     assert runner._version_mismatch([a, b]) is None
 
 
-def test_host_command_runs_torchrun_in_its_own_session_with_the_marker() -> None:
+def test_host_command_spawns_ranks_in_its_own_session_with_the_marker() -> None:
     h = _host(smoke_python="/opt/venv/bin/python", gpu_count=2)
     h.gpu_count = 2
     argv = runner._command(h, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
@@ -119,10 +119,19 @@ def test_host_command_runs_torchrun_in_its_own_session_with_the_marker() -> None
     assert argv[i:i + 4] == ["timeout", "-k", "45", "110"]
     assert f"{MARKER}=gfsmoke-test" in argv
     j = argv.index("/opt/venv/bin/python")
-    assert argv[j:j + 3] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"]
-    assert "--standalone" in argv and "--nproc_per_node=2" in argv
+    assert argv[j + 2:j + 4] == ["--spawn", "2"]
+    assert "torch.distributed.run" not in argv
     assert argv[argv.index("--expect-gpus") + 1] == "2"
     assert argv[argv.index("--smi-count") + 1] == "2"
+
+
+def test_host_command_can_still_use_torchrun() -> None:
+    h = _host(smoke_python="/opt/venv/bin/python", gpu_count=2)
+    argv = runner._command(h, level="quick", opts=SmokeOptions(launcher="torchrun"), nproc=2,
+                           ref=None, timeout=100, rendezvous=None)
+    j = argv.index("/opt/venv/bin/python")
+    assert argv[j:j + 3] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"]
+    assert "--standalone" in argv and "--nproc_per_node=2" in argv and "--spawn" not in argv
 
 
 def test_docker_command_pins_the_image_digest() -> None:

@@ -62,7 +62,8 @@ class SmokeOptions:
     test_hang_rank: int | None = None  # test-only: this global rank stops before a collective
     test_hang_phase: str = "allreduce_exact"
     bw_method: str = "auto"  # auto|graph|loop: how small all-reduces are launched (see script)
-    env: Mapping[str, str] = field(default_factory=dict)  # extra environment for torchrun
+    env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the ranks
+    launcher: str = "auto"  # auto: the script's --spawn on one node with host python; torchrun
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> SmokeOptions:
@@ -77,6 +78,7 @@ class SmokeOptions:
             sizes=tuple(int(s) for s in sizes.split(",") if s) if sizes else None,
             test_hang_rank=int(rank) if rank else None,
             test_hang_phase=ph or "allreduce_exact",
+            launcher=environ.get("GPUFLEET_SMOKE_LAUNCHER", "auto"),
         )
 
 
@@ -436,7 +438,7 @@ def _command(
     timeout: float,
     rendezvous: Mapping[str, Any] | None,
 ) -> list[str]:
-    """The full argv: setsid → sh (records pgid, redirects to log) → timeout → env → torchrun."""
+    """The full argv: setsid → sh (records pgid, redirects to log) → timeout → env → launcher."""
     exp = h.spec.expect
     h.nproc = nproc
     pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
@@ -489,6 +491,11 @@ def _command(
             _image(h), "torchrun", *trun, *script_args,
         ]  # fmt: skip
         envs = [f"{MARKER}={h.run_id}"]
+    elif rendezvous is None and opts.launcher != "torchrun":
+        # One node: the script's own launcher starts the ranks; torchrun would first spend
+        # 3-4 s importing torch in its launcher process (benchmarks/results, 2026-11-30).
+        inner = [exp.smoke_python, h.script, "--spawn", str(nproc), *script_args[1:]]
+        envs = [f"{k}={v}" for k, v in env.items()]
     else:
         inner = [exp.smoke_python, "-m", "torch.distributed.run", *trun, *script_args]
         envs = [f"{k}={v}" for k, v in env.items()]

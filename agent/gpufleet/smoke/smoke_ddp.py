@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""gpufleet DDP/NCCL smoke test, started by torchrun with one rank per GPU (or N CPU ranks).
+"""gpufleet DDP/NCCL smoke test: one rank per GPU (or N CPU ranks), started by torchrun (multinode,
+images) or by its own `--spawn N` launcher (one node, host python).
 
 Self-contained on purpose: it is copied to the host and runs under whatever Python (>= 3.9) and
 torch (>= 2.1) the host or the pinned image ships, so it imports only the stdlib and torch.
@@ -91,6 +92,8 @@ def parse_args(argv):
     p.add_argument("--versions", action="store_true",
                    help="print this runtime's torch/CUDA/NCCL versions as JSON and exit")
     # Test-only: make one rank stop before a collective, to prove hang handling.
+    p.add_argument("--spawn", type=int, default=None, metavar="N",
+                   help="single-node launcher: start N local ranks (instead of torchrun)")
     p.add_argument("--test-hang-rank", type=int, default=None)
     p.add_argument("--test-hang-phase", default="allreduce_exact")
     return p.parse_args(argv)
@@ -766,9 +769,58 @@ def arm_deadline(seconds):
     threading.Thread(target=fire, name="gpufleet-deadline", daemon=True).start()
 
 
+def spawn(n, argv):
+    """Single-node launcher, torchrun --standalone --max_restarts=0 without torchrun's cost.
+
+    torchrun's launcher process imports torch (3-4 s on an H200 host) before any rank starts; this
+    one imports nothing. Ranks share this process group (the runner's timeout and kill reach
+    them) and the environment (the run marker); the first rank that fails ends the others, as
+    torchrun does, so a crash never leaves its peers waiting for the collective timeout.
+    """
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for r in range(n):
+        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n),
+                   LOCAL_WORLD_SIZE=str(n), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv],
+                                      env=env))
+    rc = 0
+    live = list(procs)
+    while live:
+        for p in list(live):
+            code = p.poll()
+            if code is None:
+                continue
+            live.remove(p)
+            if code != 0 and rc == 0:
+                rc = code if code > 0 else 128 - code
+                for q in live:
+                    q.terminate()
+        time.sleep(0.02)
+    return rc
+
+
+def _without_spawn(argv):
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--spawn":
+            skip = True
+        elif not a.startswith("--spawn="):
+            out.append(a)
+    return out
+
+
 def main(argv=None):
     global ARGS
-    ARGS = parse_args(argv if argv is not None else sys.argv[1:])
+    argv = list(argv if argv is not None else sys.argv[1:])
+    ARGS = parse_args(argv)
+    if ARGS.spawn:
+        return spawn(ARGS.spawn, _without_spawn(argv))
     if ARGS.versions:
         return print_versions()
     if ARGS.deadline_in:
