@@ -39,7 +39,7 @@ GPU_SIZES = {
 # Bytes moved per timed batch (iterations = this / size, 5..100) and timed batches per size:
 # the full level's larger batches keep harness jitter well under the 3 % it is judged on.
 BATCH_BYTES = {"quick": 2 * GIB, "full": 8 * GIB}
-REPS = {"quick": 3, "full": 5}
+REPS = {"quick": 3, "full": 10}
 # A graph-timed batch is one replay of a graph of this many all-reduces, nccl-tests' default
 # `-n 20`: batches of 100 (one graph of 100, or five replays of 20) ran 10-35 % slower per
 # collective below 16 MiB (benchmarks/results/2026-11-30-nvidia-h200-x2-smoke-bwprobe.log
