@@ -372,12 +372,25 @@ def save_apt_cache(t: Target) -> None:
     _link_debs(t.root / "var/cache/apt/archives", APT_CACHE)
 
 
+DEV_NODES = ["null", "zero", "full", "random", "urandom", "tty"]
+
+
 def start_sshd(t: Target, log: Path) -> None:
     """sshd in its own mount namespace: the bind mounts vanish with it, also after a crash."""
     r = str(t.root)
+    # A private /dev (tmpfs with the host's basic nodes bound in) lets a test put a stand-in
+    # /dev/nvidia0 there without touching the host's /dev.
+    nodes = " ".join(DEV_NODES)
     script = (
         "set -e; "
-        f"mount --rbind /dev {r}/dev; mount --bind /proc {r}/proc; mount --rbind /sys {r}/sys; "
+        f"mount -t tmpfs -o mode=0755,size=1m gpufleet-dev {r}/dev; "
+        f"for n in {nodes}; do touch {r}/dev/$n; mount --bind /dev/$n {r}/dev/$n; done; "
+        f"mkdir {r}/dev/pts {r}/dev/shm; mount --bind /dev/pts {r}/dev/pts; "
+        f"mount -t tmpfs -o mode=1777,size=64m gpufleet-shm {r}/dev/shm; "
+        f"ln -s /proc/self/fd {r}/dev/fd; ln -s pts/ptmx {r}/dev/ptmx; "
+        f"ln -s /proc/self/fd/0 {r}/dev/stdin; ln -s /proc/self/fd/1 {r}/dev/stdout; "
+        f"ln -s /proc/self/fd/2 {r}/dev/stderr; "
+        f"mount --bind /proc {r}/proc; mount --rbind /sys {r}/sys; "
         f"exec chroot {r} /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config_gpufleet"
     )
     # unshare without --fork execs sh, which execs chroot, which execs sshd: Popen's pid is sshd's.
@@ -424,3 +437,33 @@ def probe_driver_version(t: Target) -> str:
         if "Candidate:" in line:
             return line.split()[1].split("-")[0]
     raise RuntimeError(f"no nvidia-smi candidate in Debian non-free:\n{policy}")
+
+
+def start_gpu_process(t: Target) -> subprocess.Popen[bytes]:
+    """A process inside the target holding a stand-in /dev/nvidia0 open, as a CUDA job holds the
+    real one (the target's /dev is private to its sshd's mount namespace)."""
+    assert t.sshd is not None
+    r = str(t.root)
+    inner = "exec sleep 600 3</dev/nvidia0"
+    proc = subprocess.Popen(
+        [
+            "nsenter",
+            "-t",
+            str(t.sshd.pid),
+            "-m",
+            "--",
+            "sh",
+            "-c",
+            f": > {r}/dev/nvidia0; exec chroot {r} sh -c '{inner}'",
+        ],
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if os.readlink(f"/proc/{proc.pid}/fd/3").endswith("/dev/nvidia0"):
+                return proc
+        except OSError:
+            pass
+        time.sleep(0.1)
+    stop_pid(proc)
+    raise RuntimeError("the stand-in GPU process did not open /dev/nvidia0")

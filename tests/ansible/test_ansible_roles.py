@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import roletarget as tg
 
 from conftest import PlayResult, RoleLab
 
@@ -168,6 +169,26 @@ def test_upgrade_driver_playbook_drains_and_undrains(
     assert log.read_text().splitlines() == ["drain deb12", "undrain deb12"], res.tail()
     # Same version: only the drain and undrain commands change anything.
     assert res.host()["changed"] == 2, res.tail()
+
+
+def test_upgrade_driver_playbook_skips_a_host_with_gpu_processes(
+    converged: PlayResult, role_lab: RoleLab
+) -> None:
+    assert converged.rc == 0, "converge failed; see test_converge_succeeds"
+    log = role_lab.logdir / "drain-events-busy.txt"
+    extra = role_lab.converge_vars() | {
+        "upgrade_driver_drain_command": ["sh", "-c", f"echo drain >> {log}"],
+        "upgrade_driver_undrain_command": ["sh", "-c", f"echo undrain >> {log}"],
+    }
+    gpu = tg.start_gpu_process(role_lab.target)
+    try:
+        res = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-busy", extra_vars=extra)
+    finally:
+        tg.stop_pid(gpu)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert f"SKIPPED deb12: GPU processes running ({gpu.pid} sleep)" in res.flat, res.tail()
+    assert not log.exists(), "a busy host was drained"
+    assert res.host()["changed"] == 0, res.tail()
 
 
 def _fake_cli(path: Path, argv_log: Path, exit_code: int) -> None:
