@@ -240,3 +240,34 @@ def test_containerd_engine_gets_the_nvidia_runtime_as_a_drop_in(
     assert "containerd.runtimes.nvidia]" in dropin, dropin
     again = role_lab.play(SITE, "containerd-again", *tags, extra_vars=extra)
     assert again.rc == 0 and again.host()["changed"] == 0, again.tail()
+
+
+def test_toolkit_moves_all_held_packages_to_a_new_pinned_version(
+    converged: PlayResult, role_lab: RoleLab
+) -> None:
+    """Runs last: re-pins the toolkit (to 1.17.8, with the floor lowered on purpose). NVIDIA's
+    dependency shape (tools >= version) would leave mixed versions unless all four are pinned."""
+    assert converged.rc == 0, "converge failed; see test_converge_succeeds"
+    extra = role_lab.converge_vars() | {
+        "nvidia_container_toolkit_version": "1.17.8",
+        "nvidia_container_toolkit_security_floor": "1.17.8",
+    }
+    res = role_lab.play(
+        SITE, "toolkit-repin", "--tags", "nvidia_container_toolkit", extra_vars=extra
+    )
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    status = role_lab.target.chroot(
+        "dpkg-query",
+        "-W",
+        "-f=${Package} ${Version} ${db:Status-Abbrev}\n",
+        "nvidia-container-toolkit",
+        "nvidia-container-toolkit-base",
+        "libnvidia-container-tools",
+        "libnvidia-container1",
+    ).stdout.split("\n")
+    assert sorted(line.strip() for line in status if line) == [
+        "libnvidia-container-tools 1.17.8-1 hi",
+        "libnvidia-container1 1.17.8-1 hi",
+        "nvidia-container-toolkit 1.17.8-1 hi",
+        "nvidia-container-toolkit-base 1.17.8-1 hi",
+    ], res.tail()
