@@ -183,7 +183,7 @@ def test_unreachable_host_only_gets_its_state_finding() -> None:
 def test_remediation_names_playbook_and_version() -> None:
     (f,) = [f for f in evaluate(fleet({"gpu02": {"facts": {"driver": DRV_OTHER}}}), now=NOW)
             if f.rule == "GF101"]
-    assert f.remediation == ("ansible-playbook gpufleet.gpu.upgrade_driver -l gpu02 "
+    assert f.remediation == ("ansible-playbook -i INVENTORY gpufleet.gpu.upgrade_driver -l gpu02 "
                              "-e nvidia_driver_version=580.159.04")
     assert f.evidence["actual"] == "580.95.05"
 

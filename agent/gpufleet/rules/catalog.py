@@ -37,7 +37,9 @@ FAMILIES: Mapping[str, str] = {
 }
 
 _SITE = "ansible-playbook playbooks/site.yml"
-_UPGRADE = "ansible-playbook gpufleet.gpu.upgrade_driver -l {host}"
+# -i: the inventory the check ran on; an exact nvidia_driver_version there wins over a branch,
+# so moving to a branch clears it on the command line.
+_UPGRADE = "ansible-playbook -i INVENTORY gpufleet.gpu.upgrade_driver -l {host}"
 _DRIFT = (
     "align {host} with the majority ({majority}): pin the variable in group_vars, then run "
     "`" + _SITE + " --tags {tag} -l {host}`"
@@ -107,10 +109,11 @@ _RULES: tuple[RuleInfo, ...] = (
              "`dmesg`; reseat or RMA a missing GPU, or set gpufleet_expected_gpu_count per host"),
     # ---------------------------------------------------------------- GF3xx compatibility
     RuleInfo("GF301", "error", "CUDA runtime needs a newer driver",
-             _UPGRADE + " -e nvidia_driver_branch={branch}; or use an image built for CUDA "
+             _UPGRADE + " -e nvidia_driver_branch={branch} -e nvidia_driver_version=''"
+             "; or use an image built for CUDA "
              "{driver_cuda} or older"),
     RuleInfo("GF302", "warning", "driver branch past end of life",
-             _UPGRADE + " -e nvidia_driver_branch={branch}"),
+             _UPGRADE + " -e nvidia_driver_branch={branch} -e nvidia_driver_version=''"),
     RuleInfo("GF303", "error", "container toolkit below the security floor",
              _SITE + " --tags nvidia_container_toolkit -l {host} "
              "-e nvidia_container_toolkit_version={fixed}"),
