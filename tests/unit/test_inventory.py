@@ -69,7 +69,7 @@ all:
   vars:
     branch: "580"
     nvidia_driver_version: "{{ branch }}.65.06"
-    pytorch_image: nvcr.io/nvidia/pytorch:25.10-py3
+    pytorch_image: registry.example/nvidia/pytorch:25.10-py3
     pytorch_image_digest: sha256:0123
   children:
     gpu:
@@ -82,7 +82,7 @@ all:
     (a,) = load_inventory([str(inv)])
     assert a.address == "127.0.0.9"
     assert a.expect.driver_version == "580.65.06"
-    assert a.expect.pytorch_image == "nvcr.io/nvidia/pytorch:25.10-py3"
+    assert a.expect.pytorch_image == "registry.example/nvidia/pytorch:25.10-py3"
     assert a.expect.pytorch_image_digest == "sha256:0123"
     assert (a.expect.smoke_runtime, a.expect.smoke_python) == ("host", "/opt/py/bin/python")
 

@@ -64,7 +64,7 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
         kernel_module_flavor="proprietary")}}}), "gpu02"),
     "GF104": (lambda: fleet({"gpu02": {"facts": {"toolkit_version": "1.20.0"}}}), "gpu02"),
     "GF105": (lambda: fleet({"gpu02": {"facts": {"image": ImageInfo(
-        ref="x", digests=("nvcr.io/nvidia/pytorch@sha256:" + "cd" * 32,))}}}), "gpu02"),
+        ref="x", digests=("registry.example/nvidia/pytorch@sha256:" + "cd" * 32,))}}}), "gpu02"),
     "GF106": (lambda: fleet({"gpu02": {"facts": {"gpus": (gpu(0),)},
                                        "smoke": {"device_count": 1}}}), "gpu02"),
     "GF107": (lambda: fleet({"gpu02": {"facts": {"docker": None}}}), "gpu02"),

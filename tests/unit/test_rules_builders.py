@@ -34,7 +34,7 @@ from gpufleet.model import (
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 DIGEST = "sha256:" + "ab" * 32
-IMAGE = "nvcr.io/nvidia/pytorch:25.10-py3-cuda13.0"
+IMAGE = "registry.example/nvidia/pytorch:25.10-py3-cuda13.0"
 HOSTS = ("gpu01", "gpu02", "gpu03", "gpu04")
 BUSBW = {1 << 20: 66.6, 64 << 20: 267.8, 1 << 30: 330.3, 4 << 30: 343.7}
 
@@ -73,7 +73,7 @@ def facts(**kw: Any) -> Facts:
         toolkit_version="1.19.1",
         docker=DockerInfo(server_version="28.5.1", runtimes=("nvidia", "runc"),
                           default_runtime="runc"),
-        image=ImageInfo(ref=IMAGE, digests=(f"nvcr.io/nvidia/pytorch@{DIGEST}",)),
+        image=ImageInfo(ref=IMAGE, digests=(f"registry.example/nvidia/pytorch@{DIGEST}",)),
         nccl_system_version="2.28.9",
         probe_duration_s=1.2,
     )

@@ -35,7 +35,7 @@ from gpufleet.rules import evaluate
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "tests" / "fleet" / "profiles"
 CAPTURE = REPO / "tests" / "fixtures" / "h200x2-2026-11-30"
-IMAGE = "nvcr.io/nvidia/pytorch:25.10-py3"
+IMAGE = "registry.example/nvidia/pytorch:25.10-py3"
 # The desired state the healthy profiles match (tests/fleet/profiles/README.md).
 DESIRED: dict[str, Any] = {
     "driver_version": "580.159.04", "toolkit_version": "1.19.1", "container_engine": "docker",

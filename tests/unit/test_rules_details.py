@@ -20,13 +20,13 @@ def _only(report: Report, rule: str, now: datetime = NOW) -> list[Finding]:
 
 
 @pytest.mark.parametrize(("ref", "cuda"), [
-    ("nvcr.io/nvidia/pytorch:25.10-py3-cuda13.0", "13.0"),
+    ("registry.example/nvidia/pytorch:25.10-py3-cuda13.0", "13.0"),
     ("pytorch/pytorch:2.8.0-cuda12.8-cudnn9-runtime", "12.8"),
     ("registry.local:5000/ml/torch:2.11.0-cu130", "13.0"),
-    ("ghcr.io/x/train:cu118-py310", "11.8"),
-    ("ghcr.io/x/train@sha256:" + "cu121" * 5, None),  # a digest is not a tag
+    ("registry.example/x/train:cu118-py310", "11.8"),
+    ("registry.example/x/train@sha256:" + "cu121" * 5, None),  # a digest is not a tag
     ("registry.local:5000/cu128/torch:latest", None),  # only the tag counts
-    ("nvcr.io/nvidia/pytorch:25.10-py3", None),
+    ("registry.example/nvidia/pytorch:25.10-py3", None),
     (None, None),
 ])
 def test_cuda_from_image_tag(ref: str | None, cuda: str | None) -> None:

@@ -135,7 +135,7 @@ def test_host_command_can_still_use_torchrun() -> None:
 
 
 def test_docker_command_pins_the_image_digest() -> None:
-    h = _host(pytorch_image="nvcr.io/nvidia/pytorch:25.10-py3",
+    h = _host(pytorch_image="registry.example/nvidia/pytorch:25.10-py3",
               pytorch_image_digest="sha256:" + "a" * 64)
     h.runtime, h.gpu_count = "docker", 8
     argv = runner._command(h, level="full", opts=SmokeOptions(), nproc=8, ref=None,
@@ -147,7 +147,7 @@ def test_docker_command_pins_the_image_digest() -> None:
         k = docker.index(flag[0])
         assert docker[k:k + 2] == flag
     assert "--ipc=host" in docker and "--network=host" in docker and "--rm" in docker
-    image = "nvcr.io/nvidia/pytorch:25.10-py3@sha256:" + "a" * 64
+    image = "registry.example/nvidia/pytorch:25.10-py3@sha256:" + "a" * 64
     assert docker[docker.index(image) + 1] == "torchrun"
     assert docker[docker.index("--name") + 1] == "gfsmoke-test-gpu01"
 
