@@ -1,0 +1,131 @@
+"""`gpufleet check` end to end over the sshd test fleet: every injected problem is named with its
+rule and host, and nothing else above info; exit codes follow --fail-on."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleetlib import DESIRED_STATE, Fleet, make_fleet
+from prometheus_client.parser import text_string_to_metric_families
+
+pytestmark = [pytest.mark.fleet, pytest.mark.slow]
+
+# host -> (profile, group); peers keep every group's majority healthy.
+HOSTS: dict[str, tuple[str, str]] = {
+    "gpu-ok-1": ("h200x2", "gpu"),
+    "gpu-ok-2": ("h200x2", "gpu"),
+    "gpu-ok-3": ("h200x2", "gpu"),
+    "gpu-drift": ("driver-drift", "gpu"),
+    "gpu-nvml": ("nvml-mismatch", "gpu"),
+    "gpu-ecc": ("ecc-remap", "gpu"),
+    "gpu-xid": ("xid", "gpu"),
+    "gpu-pcie": ("pcie-degraded", "gpu"),
+    "gpu-nvlink": ("nvlink-down", "gpu"),
+    "gpu-pm": ("persistence-off", "gpu"),
+    "gpu-ctk": ("old-toolkit", "gpu"),
+    "gpu-digest": ("wrong-digest", "gpu"),
+    "hgx-ok-1": ("h200x8", "hgx"),
+    "hgx-ok-2": ("h200x8", "hgx"),
+    "hgx-fabric": ("fabric-incomplete", "hgx"),
+    "hgx-missing": ("gpu-missing", "hgx"),
+}
+
+# Everything above info that each host must get, and nothing more. Consequences of the injected
+# problem count (a 570 driver cannot run the desired CUDA 13.0 image: GF301; R570 is past EOL).
+EXPECTED: dict[str, set[str]] = {
+    "gpu-drift": {"GF101", "GF301", "GF302"},  # R570 is past end of life too
+    "gpu-nvml": {"GF304", "GF106"},
+    "gpu-ecc": {"GF402", "GF403", "GF404"},
+    "gpu-xid": {"GF405"},
+    "gpu-pcie": {"GF407"},
+    "gpu-nvlink": {"GF408"},
+    "gpu-pm": {"GF409"},
+    "gpu-ctk": {"GF104", "GF303"},
+    "gpu-digest": {"GF105"},
+    "hgx-fabric": {"GF412"},
+    "hgx-missing": {"GF106"},
+}
+
+
+@pytest.fixture(scope="module")
+def check_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    root = tmp_path_factory.mktemp("check-fleet")
+    with make_fleet(
+        root,
+        [(name, profile) for name, (profile, _) in HOSTS.items()],
+        groups={name: group for name, (_, group) in HOSTS.items()},
+        group_vars={
+            "gpu": {**DESIRED_STATE, "gpufleet_expected_gpu_count": 2},
+            "hgx": {**DESIRED_STATE, "gpufleet_expected_gpu_count": 8},
+        },
+    ) as fleet:
+        yield fleet
+
+
+@pytest.fixture(scope="module")
+def report(check_fleet: Fleet) -> dict[str, Any]:
+    r = check_fleet.run_cli("check", "-i", str(check_fleet.inventory), "--level", "facts",
+                            "--format", "json", "-f", "16", timeout=300)
+    assert r.returncode == 1, f"exit {r.returncode}; stderr:\n{r.stderr}"
+    doc: dict[str, Any] = json.loads(r.stdout)
+    return doc
+
+
+def _above_info(doc: dict[str, Any]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for f in doc["findings"]:
+        if f["severity"] != "info":
+            for h in f["hosts"]:
+                out.setdefault(h, set()).add(f["rule"])
+    return out
+
+
+def test_every_host_answers_with_its_facts(report: dict[str, Any]) -> None:
+    assert list(report["hosts"]) == list(HOSTS)
+    for name, host in report["hosts"].items():
+        assert host["status"] == "ok", (name, host["error"])
+        assert host["smoke"] is None, "--level facts runs no smoke test"
+
+
+def test_each_injected_problem_is_named_with_its_rule_and_host_and_nothing_else(
+    report: dict[str, Any],
+) -> None:
+    got = _above_info(report)
+    for name in HOSTS:
+        assert got.get(name, set()) == EXPECTED.get(name, set()), (
+            f"{name} ({HOSTS[name][0]}): expected {sorted(EXPECTED.get(name, set()))}, "
+            f"got {sorted(got.get(name, set()))}"
+        )
+    for f in report["findings"]:
+        assert f["remediation"], f"{f['rule']} has no remediation"
+
+
+def test_fail_on_and_exit_codes(check_fleet: Fleet) -> None:
+    inv = str(check_fleet.inventory)
+    # Only warnings on this host (persistence off): exit 0 by default, 1 with --fail-on warning.
+    r = check_fleet.run_cli("check", "-i", inv, "-l", "gpu-pm", "--level", "facts",
+                            "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert {f["rule"] for f in json.loads(r.stdout)["findings"]} >= {"GF409"}
+    r = check_fleet.run_cli("check", "-i", inv, "-l", "gpu-pm", "--level", "facts",
+                            "--format", "json", "--fail-on", "warning")
+    assert r.returncode == 1, r.stderr
+    # Healthy hosts: exit 0 even with --fail-on warning.
+    r = check_fleet.run_cli("check", "-i", inv, "-l", "gpu-ok-*", "--level", "facts",
+                            "--fail-on", "warning")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "HEALTHY" in r.stdout
+
+
+def test_prometheus_over_the_fleet(check_fleet: Fleet, tmp_path: Path) -> None:
+    inv = str(check_fleet.inventory)
+    out = tmp_path / "fleet.prom"
+    r = check_fleet.run_cli("check", "-i", inv, "-l", "gpu-ok-1,gpu-ecc", "--level", "facts",
+                            "--format", "prometheus", "-o", str(out))
+    assert r.returncode == 1, r.stderr
+    names = {f.name for f in text_string_to_metric_families(out.read_text())}
+    assert any("up" in n for n in names), names
