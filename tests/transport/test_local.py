@@ -57,9 +57,8 @@ def test_timeout_reaches_tools_in_process_groups_of_their_own() -> None:
     assert gone("sleep 331.7")
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="root only: otherwise sudo would need a password")
 def test_become_as_root_needs_no_sudo() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("root only: otherwise sudo would need a password")
     with connect(HostSpec(name="l", address="l", connection="local", become=True)) as t:
         assert t.run(["id", "-u"], timeout=5).stdout == "0\n"
 
