@@ -10,6 +10,7 @@ import argparse
 import datetime as dt
 import io
 import json
+import os
 import shutil
 import sys
 from collections import Counter
@@ -160,9 +161,14 @@ def _emit(text: str, output: Path | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    # Write beside, then rename: node_exporter's textfile collector (or a CI job) never reads a
+    # half-written report.
+    tmp = output.with_name(f".{output.name}.tmp")
     try:
-        output.write_text(text, encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, output)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise UsageError(f"cannot write {output}: {exc.strerror}") from exc
 
 
