@@ -2,6 +2,7 @@
    with uPlot when its card comes on screen. Host data is only ever set as text, never as HTML. */
 (function () {
   "use strict";
+  performance.mark("gf-start");
   var D = JSON.parse(document.getElementById("gf-data").textContent);
   var RANK = { ok: 0, info: 1, warning: 2, error: 3 };
   var FAMS = D.families.map(function (f) { return f[0]; });
@@ -30,7 +31,10 @@
   // ------------------------------------------------------------------ grid
   var grid = document.getElementById("grid");
   var tbody = grid.tBodies[0];
-  var rows = D.hosts.map(function (h, i) {
+  // Rows are built when first listed: most of a large fleet's rows are never looked at.
+  var rows = [];
+  function rowOf(i) { return rows[i] || (rows[i] = buildRow(D.hosts[i], i)); }
+  function buildRow(h, i) {
     var cells = [
       el("td", { "class": "host sev-" + h.worst }, [h.name]),
       el("td", { "class": h.status === "ok" ? "" : "sev-error" }, [h.status]),
@@ -47,13 +51,18 @@
     var tr = el("tr", { "data-host": h.name }, cells);
     tr.addEventListener("click", function () { openCard(i, true); });
     return tr;
-  });
+  }
   var searchText = D.hosts.map(function (h) {
     var parts = [h.name, h.status];
     Object.keys(h.versions).forEach(function (k) { parts.push(h.versions[k]); });
     return parts.join(" ").toLowerCase();
   });
   var sortKey = "worst", sortDir = -1;
+  // A table lays out every row it holds: list a page of rows at a time (sorted, filtered over
+  // all hosts), so a 1,000-host page stays quick; the button lists more.
+  var PAGE = 200, limit = PAGE;
+  var more = document.getElementById("more");
+  more.addEventListener("click", function () { limit += PAGE; apply(); });
   function keyOf(h, key) {
     if (key === "worst") { return RANK[h.worst]; }
     if (key.indexOf("fam:") === 0) { var s = h.fam[key.slice(4)]; return s ? RANK[s] : (checked(h) ? 0 : -1); }
@@ -79,10 +88,14 @@
       return D.hosts[a].name < D.hosts[b].name ? -1 : 1;
     });
     var frag = document.createDocumentFragment();
-    order.forEach(function (i) { frag.appendChild(rows[i]); });
+    order.slice(0, limit).forEach(function (i) { frag.appendChild(rowOf(i)); });
     tbody.textContent = "";
     tbody.appendChild(frag);
-    document.getElementById("shown").textContent = order.length + " of " + D.hosts.length + " hosts";
+    var shown = Math.min(order.length, limit);
+    document.getElementById("shown").textContent = order.length + " of " + D.hosts.length + " hosts"
+      + (shown < order.length ? ", first " + shown + " listed" : "");
+    more.hidden = shown >= order.length;
+    more.textContent = "list " + Math.min(PAGE, order.length - shown) + " more";
     Array.prototype.forEach.call(grid.tHead.rows[0].cells, function (th) {
       th.classList.toggle("sorted-asc", th.dataset.key === sortKey && sortDir > 0);
       th.classList.toggle("sorted-desc", th.dataset.key === sortKey && sortDir < 0);
@@ -97,9 +110,10 @@
       apply();
     });
   });
-  filterInput.addEventListener("input", apply);
-  worstSelect.addEventListener("change", apply);
+  filterInput.addEventListener("input", function () { limit = PAGE; apply(); });
+  worstSelect.addEventListener("change", function () { limit = PAGE; apply(); });
   apply();
+  performance.mark("gf-grid");
 
   // ------------------------------------------------------------------ plots
   function plotBox(title) {
@@ -189,9 +203,11 @@
     var h = D.hosts[Number(card.dataset.i)];
     var boxes = card.querySelectorAll(".plot");
     if (!boxes.length) { return; }
+    performance.mark("gf-plot");
     busbwPlot(h, boxes[0]);
     tflopsPlot(h, boxes[1]);
     if (boxes[2]) { trendPlot(h, boxes[2]); }
+    if (!performance.getEntriesByName("gf-plotted").length) { performance.mark("gf-plotted"); }
   }
   var observer = new IntersectionObserver(function (entries) {
     entries.forEach(function (e) {
@@ -260,5 +276,6 @@
     .sort(function (a, b) { return RANK[D.hosts[b].worst] - RANK[D.hosts[a].worst] || a - b; })
     .slice(0, 6).forEach(function (i) { openCard(i, false); });
   if (!details.firstChild && D.hosts.length) { openCard(0, false); }
+  performance.mark("gf-cards");
   document.body.dataset.ready = "1";
 }());
