@@ -23,11 +23,11 @@ from browserlib import browser, visit
 from playwright.sync_api import expect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from test_history import FIRST, run  # noqa: E402
+from test_history import FIRST, run
 
-from gpufleet.history import RunStore, drift_findings, history_section  # noqa: E402
-from gpufleet.model import XidEvent  # noqa: E402
-from gpufleet.report import render_doc  # noqa: E402
+from gpufleet.history import RunStore, drift_findings, history_section
+from gpufleet.model import XidEvent
+from gpufleet.report import render_doc
 
 pytestmark = [pytest.mark.slow]
 
