@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpufleet.history.analysis import (
     DRIFT_MARGIN,
+    HISTORY_RULES,
     changes_since,
     drift_findings,
     history_section,
@@ -11,5 +12,5 @@ from gpufleet.history.analysis import (
 )
 from gpufleet.history.store import RunStore, StoreError
 
-__all__ = ["DRIFT_MARGIN", "RunStore", "StoreError", "changes_since", "drift_findings",
-           "history_section", "summarize_run"]
+__all__ = ["DRIFT_MARGIN", "HISTORY_RULES", "RunStore", "StoreError", "changes_since",
+           "drift_findings", "history_section", "summarize_run"]

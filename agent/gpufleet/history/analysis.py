@@ -18,6 +18,8 @@ from gpufleet.report.common import fmt_bytes, host_worst, versions
 from gpufleet.report.wording import row_message
 from gpufleet.rules.base import finding
 
+# Rules judged here, against saved runs, not by rules.evaluate (tests/unit/test_history.py).
+HISTORY_RULES = ("GF520", "GF521")
 DRIFT_MARGIN = 0.10  # run-to-run busbw/TFLOP/s noise on one host stays well inside this
 BASELINE_RUNS = 10
 TREND_RUNS = 20
