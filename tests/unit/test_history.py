@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_rules_builders import BUSBW, NOW, fleet
 
+from gpufleet.cli import main
 from gpufleet.history import RunStore, drift_findings, history_section
 from gpufleet.model import DriverInfo
 from gpufleet.report import document, render_doc
@@ -113,18 +113,32 @@ def test_store_index_is_rebuilt_and_reports_rerender(store: RunStore, tmp_path: 
     assert render_doc(json.loads(saved.read_text()), "markdown").startswith("# gpufleet report")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True,
-                          text=True, timeout=60, check=False)
+@dataclasses.dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
 
 
-def test_history_and_report_commands(store: RunStore, tmp_path: Path) -> None:
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """`gpufleet ARGS` in this process (the same main() the console script runs)."""
+    def call(*args: str) -> Ran:
+        with pytest.raises(SystemExit) as exc:
+            main(list(args))
+        out = capsys.readouterr()
+        return Ran(int(exc.value.code or 0), out.out, out.err)
+    return call
+
+
+def test_history_and_report_commands(store: RunStore, tmp_path: Path,
+                                     cli: Callable[..., Ran]) -> None:
     doc = second()
     doc["findings"] += [json.loads(json.dumps(dataclasses.asdict(f)))
                         for f in drift_findings(doc, store.entries())]
     doc["history"] = history_section(doc, store.entries(), store.load)
     path = store.save(doc)
-    r = _cli("history", "--store", str(store.root), "gpu02", "gpu01", "nosuch")
+    r = cli("history", "--store", str(store.root), "gpu02", "gpu01", "nosuch")
     assert r.returncode == 1, r.stderr  # drift found
     out = r.stdout
     assert "gpu02: last known-good run 2026-11-29T12:00:00Z" in out
@@ -132,18 +146,18 @@ def test_history_and_report_commands(store: RunStore, tmp_path: Path) -> None:
     assert "    busbw @ 4 GiB: 345.0 -> 293.2 GB/s (-15.0%)" in out
     assert out.count("drift GF520") == 1 and "drift GF520: busbw 293.2" in out
     assert "nosuch: not in the saved runs" in out
-    r = _cli("history", "--store", str(store.root), "--format", "json", "gpu01")
+    r = cli("history", "--store", str(store.root), "--format", "json", "gpu01")
     assert r.returncode == 0 and json.loads(r.stdout)["drift"] == []
     for fmt in ("table", "json", "junit", "prometheus", "markdown", "html", "html-static"):
-        r = _cli("report", str(path), "--format", fmt)
+        r = cli("report", str(path), "--format", fmt)
         assert r.returncode == 0 and r.stdout, (fmt, r.stderr)
-    r = _cli("report", str(path), "--format", "table")
+    r = cli("report", str(path), "--format", "table")
     assert "[gpu02] busbw 293.2 GB/s at 4 GiB is 15% below" in r.stdout
-    html = _cli("report", str(path), "--format", "html").stdout
+    html = cli("report", str(path), "--format", "html").stdout
     assert "driver: 580.159.04 -\\u003e 580.172.01" in html, "history reaches the page's data"
     bad = tmp_path / "bad.json"
     bad.write_text('{"hosts": {"a": {}}}')
-    r = _cli("report", str(bad))
+    r = cli("report", str(bad))
     assert r.returncode == 2 and "has no status" in r.stderr
-    r = _cli("history", "--store", str(tmp_path / "empty"))
+    r = cli("history", "--store", str(tmp_path / "empty"))
     assert r.returncode == 2 and "no saved runs" in r.stderr
