@@ -109,7 +109,7 @@ def test_fleet_page_in_chromium(tmp_path: Path) -> None:
         assert all(w > 100 and h > 100 for w, h in sizes), sizes
         titles = gpu02.locator(".u-title").all_inner_texts()
         assert titles == ["all-reduce busbw (GB/s) by message size", "matmul TFLOP/s per GPU",
-                          "busbw over saved runs"]
+                          "busbw over saved runs (UTC)"]
         legend = " ".join(gpu02.locator(".u-legend").all_inner_texts())
         assert "cohort median (4 hosts)" in legend and "own baseline" in legend
         text = gpu02.inner_text()

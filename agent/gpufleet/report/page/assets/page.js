@@ -193,7 +193,8 @@
       series.push({ label: "own baseline", stroke: "#17803d", dash: [4, 4], width: 1.5 });
     }
     new uPlot({
-      title: "busbw over saved runs", width: 560, legend: { live: false }, height: 200,
+      title: "busbw over saved runs (UTC)", width: 560, legend: { live: false },
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }, height: 200,
       scales: { y: { range: function (u, lo, hi) { return [0, hi * 1.1]; } } },
       series: series
     }, data, box);
