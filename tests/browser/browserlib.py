@@ -53,9 +53,11 @@ def browser(width: int = 1400, height: int = 1000) -> Iterator[Any]:
 
 
 def visit(context: Any, path: Path, ready: str = "body[data-ready='1'] .uplot canvas",
-          timeout_ms: float = 10_000) -> Visit:
+          timeout_ms: float = 60_000) -> Visit:
     """Open `path`, wait until `ready` matches; load_s is navigation start to ready."""
     page = context.new_page()
+    # Generous: a loaded CI machine may be slow to start a page; speed is judged in the page.
+    page.set_default_timeout(timeout_ms)
     v = Visit(page=page)
     page.on("console", lambda m: v.console_errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: v.console_errors.append(f"uncaught: {e}"))
