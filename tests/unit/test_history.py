@@ -13,13 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from test_rules_builders import BUSBW, NOW, fleet
 
 from gpufleet.cli import main
 from gpufleet.history import RunStore, drift_findings, history_section
 from gpufleet.model import DriverInfo
-from gpufleet.report import document, render_doc
+from gpufleet.report import document, json_schema, render_doc
 from gpufleet.rules import evaluate
 
 BIG = 4 << 30
@@ -137,6 +138,7 @@ def test_history_and_report_commands(store: RunStore, tmp_path: Path,
     doc["findings"] += [json.loads(json.dumps(dataclasses.asdict(f)))
                         for f in drift_findings(doc, store.entries())]
     doc["history"] = history_section(doc, store.entries(), store.load)
+    jsonschema.validate(json.loads(json.dumps(doc)), json_schema())  # history is in the contract
     path = store.save(doc)
     r = cli("history", "--store", str(store.root), "gpu02", "gpu01", "nosuch")
     assert r.returncode == 1, r.stderr  # drift found
