@@ -19,3 +19,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
+# Headless Chromium (Debian's package) and fonts for the HTML report's browser test (issue 16).
+browser_need=()
+for pkg in chromium fonts-liberation; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || browser_need+=("$pkg")
+done
+if [ ${#browser_need[@]} -gt 0 ]; then
+  apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${browser_need[@]}" \
+    >/dev/null || { apt-get -o DPkg::Lock::Timeout=900 update -qq
+    apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${browser_need[@]}" >/dev/null; }
+fi

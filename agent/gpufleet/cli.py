@@ -22,7 +22,7 @@ from gpufleet import __version__
 from gpufleet.model import Facts, HostResult, HostSpec, Report
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-FORMATS = ("table", "json", "junit", "prometheus", "markdown", "html")
+FORMATS = ("table", "json", "junit", "prometheus", "markdown", "html", "html-static")
 SMOKE_TIMEOUT = {"quick": 300.0, "full": 1800.0}
 
 
@@ -113,6 +113,31 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("old", type=Path, metavar="OLD.json")
     diff.add_argument("new", type=Path, metavar="NEW.json")
     diff.set_defaults(run=cmd_diff)
+
+    report = sub.add_parser("report", help="re-render a saved JSON report in any format",
+                            description="Render a saved `--format json` report (or a run of a "
+                                        "--save store) in any format.")
+    report.add_argument("run_file", type=Path, metavar="RUN.json")
+    report.add_argument("--format", choices=FORMATS, default="table", help="report format")
+    report.add_argument("-o", "--output", type=Path, metavar="FILE",
+                        help="write the report to FILE instead of stdout")
+    report.add_argument("--store", type=Path, metavar="DIR",
+                        help="add history from this run store (runs older than RUN.json)")
+    report.set_defaults(run=cmd_report)
+
+    history = sub.add_parser("history", help="per host: last known-good run, what changed, drift",
+                             description="Per host, from a --save run store: the last known-good "
+                                         "run, what changed since, the busbw trend and drift.")
+    history.add_argument("hosts", nargs="*", metavar="HOST",
+                         help="host names (patterns with -i); default: every host of the "
+                              "latest run")
+    history.add_argument("-i", "--inventory", action="append", metavar="INV",
+                         help="Ansible inventory to resolve HOST patterns and groups")
+    history.add_argument("--store", type=Path, metavar="DIR",
+                         default=os.environ.get("GPUFLEET_STORE"),
+                         help="the run store written by --save DIR (default $GPUFLEET_STORE)")
+    history.add_argument("--format", choices=("table", "json"), default="table")
+    history.set_defaults(run=cmd_history)
     return parser
 
 
@@ -216,7 +241,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     import dataclasses  # noqa: PLC0415
 
     from gpufleet.fleet import run_check  # noqa: PLC0415
-    from gpufleet.report import Format, exit_code, render, summarize  # noqa: PLC0415
+    from gpufleet.report import Format, exit_code, render_doc, summarize  # noqa: PLC0415
     from gpufleet.rules import evaluate  # noqa: PLC0415
 
     specs = _specs(args)
@@ -231,17 +256,19 @@ def cmd_check(args: argparse.Namespace) -> int:
                     level=args.level)
     report = dataclasses.replace(report, findings=evaluate(report))
     report = dataclasses.replace(report, summary=summarize(report))
+    doc = _document(report)
+    if args.save is not None:
+        report, doc = _with_history(report, args.save)
     tty = args.output is None and sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if tty else 120
-    _emit(render(report, Format(args.format), color=tty, width=width), args.output)
+    _emit(render_doc(doc, Format(args.format), color=tty, width=width), args.output)
     if args.save is not None:
-        stamp = (report.generated_at or _now()).replace(":", "")
+        from gpufleet.history import RunStore, StoreError  # noqa: PLC0415
+
         try:
-            args.save.mkdir(parents=True, exist_ok=True)
-            path = args.save / f"gpufleet-{stamp}.json"
-            path.write_text(json.dumps(_document(report), indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot save the report in {args.save}: {exc.strerror}") from exc
+            path = RunStore(args.save).save(doc)
+        except StoreError as exc:
+            raise UsageError(f"cannot save the report: {exc}") from exc
         print(f"gpufleet: saved {path}", file=sys.stderr)
     _note_no_gpu(results)
     return exit_code(report.findings, args.fail_on)
@@ -262,6 +289,115 @@ def cmd_diff(args: argparse.Namespace) -> int:
             raise UsageError(f"{path} is not a gpufleet JSON report (no 'hosts')")
     _emit(diff_reports(docs[0], docs[1]), None)
     return EXIT_OK
+
+
+def _with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any]]:
+    """The report with the drift findings (GF52x) and its "history" member from the store."""
+    import dataclasses  # noqa: PLC0415
+
+    from gpufleet.history import RunStore, StoreError, drift_findings, history_section  # noqa: PLC0415
+    from gpufleet.report import summarize  # noqa: PLC0415
+    from gpufleet.rules import sort_findings  # noqa: PLC0415
+
+    store = RunStore(store_dir)
+    try:
+        entries = store.entries()
+        drift = drift_findings(_document(report), entries)
+        report = dataclasses.replace(report, findings=sort_findings((*report.findings, *drift)))
+        report = dataclasses.replace(report, summary=summarize(report))
+        doc = _document(report)
+        doc["history"] = history_section(doc, entries, store.load)
+    except StoreError as exc:
+        raise UsageError(f"run store: {exc}") from exc
+    return report, doc
+
+
+def _read_report(path: Path) -> dict[str, Any]:
+    """A saved JSON report, checked enough that every renderer can work on it."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not a JSON report: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), dict):
+        raise UsageError(f"{path} is not a gpufleet JSON report (no 'hosts')")
+    doc.setdefault("findings", [])
+    for name, h in doc["hosts"].items():
+        if not isinstance(h, dict) or "status" not in h:
+            raise UsageError(f"{path}: host {name!r} has no status")
+    for f in doc["findings"]:
+        if not isinstance(f, dict) or not {"rule", "severity", "hosts", "message"} <= set(f):
+            raise UsageError(f"{path}: a finding lacks rule, severity, hosts or message")
+        f.setdefault("remediation", "")
+    return doc
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gpufleet.report import Format, render_doc  # noqa: PLC0415
+
+    doc = _read_report(args.run_file)
+    if args.store is not None:
+        from gpufleet.history import RunStore, StoreError, history_section  # noqa: PLC0415
+
+        store = RunStore(args.store)
+        try:
+            older = [e for e in store.entries()
+                     if e["generated_at"] < str(doc.get("generated_at") or "")]
+            doc["history"] = history_section(doc, older, store.load)
+        except StoreError as exc:
+            raise UsageError(f"run store: {exc}") from exc
+    if args.output is not None and not args.output.parent.is_dir():
+        raise UsageError(f"cannot write {args.output}: {args.output.parent} is not a directory")
+    tty = args.output is None and sys.stdout.isatty()
+    width = shutil.get_terminal_size().columns if tty else 120
+    try:
+        text = render_doc(doc, Format(args.format), color=tty, width=width)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{args.run_file}: cannot render this report: {exc!r}") from exc
+    _emit(text, args.output)
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from gpufleet.history import RunStore, StoreError, drift_findings, history_section  # noqa: PLC0415
+    from gpufleet.history.text import render_history  # noqa: PLC0415
+
+    if args.store is None:
+        raise UsageError("history: say where the runs are: --store DIR (or $GPUFLEET_STORE)")
+    store = RunStore(Path(args.store))
+    try:
+        entries = store.entries()
+        if not entries:
+            raise UsageError(f"history: no saved runs in {args.store}")
+        latest = store.load(entries[-1])
+        names: list[str] = list(args.hosts)
+        if args.inventory:
+            from gpufleet.inventory import InventoryError, load_inventory  # noqa: PLC0415
+
+            try:
+                specs = load_inventory(args.inventory, ",".join(names) or None)
+            except InventoryError as exc:
+                raise UsageError(f"inventory: {exc}") from exc
+            names = [s.name for s in specs]
+        names = names or sorted(latest["hosts"])
+        section = history_section(latest, entries[:-1], store.load, hosts=names)
+        drift = drift_findings(latest, entries[:-1])
+    except StoreError as exc:
+        raise UsageError(f"run store: {exc}") from exc
+    section["latest"] = {"run": entries[-1]["file"], "generated_at": entries[-1]["generated_at"]}
+    section["drift"] = [f for f in _document_findings(drift) if set(f["hosts"]) & set(names)]
+    if args.format == "json":
+        _emit(json.dumps(section, indent=2, ensure_ascii=False), None)
+    else:
+        _emit(render_history(section, known=set(latest["hosts"])), None)
+    return EXIT_FINDINGS if section["drift"] else EXIT_OK
+
+
+def _document_findings(findings: Sequence[Any]) -> list[dict[str, Any]]:
+    from gpufleet.model import to_jsonable  # noqa: PLC0415
+
+    return [to_jsonable(f) for f in findings]
 
 
 # --------------------------------------------------------------------------- facts output

@@ -38,7 +38,8 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN = REPO / "tests" / "fixtures" / "report"
 SCHEMA = REPO / "agent" / "gpufleet" / "schema" / "report-v1.json"
 EXT = {Format.table: "txt", Format.json: "json", Format.junit: "xml",
-       Format.prometheus: "prom", Format.markdown: "md", Format.html: "html"}
+       Format.prometheus: "prom", Format.markdown: "md", Format.html: "html",
+       Format.html_static: "static.html"}
 SECRET = "hf_" + "Q" * 30
 
 
@@ -146,9 +147,13 @@ def test_html_escapes_everything() -> None:
     r = fleet({"<b>x": {"status": "error", "error": "<script>alert(1)</script>", "facts": None,
                         "smoke": None}}, hosts=("<b>x",))
     r = dataclasses.replace(r, findings=evaluate(r, now=NOW))
-    page = render(r, Format.html)
+    page = render(r, Format.html_static)
     assert "<script>" not in page and "<b>x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # The interactive page: the page's own two scripts and its JSON data, nothing from the host.
+    page = render(r, Format.html)
+    assert page.count("<script") == 3 and "alert(1)</script>" not in page and "<b>x" not in page
+    assert "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in page
 
 
 def test_markdown_escapes_table_pipes() -> None:

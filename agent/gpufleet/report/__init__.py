@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from gpufleet.model import Report
-from gpufleet.report import html, jsonfmt, junit, markdown, prometheus, table
+from gpufleet.report import html, jsonfmt, junit, markdown, page, prometheus, table
 from gpufleet.report.common import document, exit_code, redact, summarize, summarize_doc
 
 __all__ = ["Format", "document", "exit_code", "json_schema", "redact", "render", "render_doc",
@@ -27,6 +27,7 @@ class Format(str, enum.Enum):
     prometheus = "prometheus"
     markdown = "markdown"
     html = "html"
+    html_static = "html-static"  # no script, e.g. for a mail body
 
 
 def render_doc(doc: Mapping[str, Any], fmt: Format | str, *, color: bool = False,
@@ -39,7 +40,7 @@ def render_doc(doc: Mapping[str, Any], fmt: Format | str, *, color: bool = False
         return table.render(doc, color=color, width=width)
     renderers = {Format.json: jsonfmt.render, Format.junit: junit.render,
                  Format.prometheus: prometheus.render, Format.markdown: markdown.render,
-                 Format.html: html.render}
+                 Format.html: page.render, Format.html_static: html.render}
     return renderers[fmt](doc)
 
 

@@ -14,6 +14,7 @@ from gpufleet.report.common import (
     summary_line,
     versions,
 )
+from gpufleet.report.wording import row_message
 
 _CSS = (
     "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
@@ -62,7 +63,7 @@ def render(doc: Mapping[str, Any]) -> str:
         for f in group:
             parts.append(
                 f'<li><b class="{sev}">{_e(f["rule"])}</b> {_e(", ".join(f["hosts"]))}: '
-                f'{_e(f["message"])}<br>fix: <code>{_e(f["remediation"])}</code></li>')
+                f'{_e(row_message(f))}<br>fix: <code>{_e(f["remediation"])}</code></li>')
         parts.append("</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"

@@ -11,12 +11,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.report.common import family_of
+from gpufleet.report.wording import row_message
 from gpufleet.rules import FAMILIES
 
 
 def _text(findings: list[Mapping[str, Any]]) -> str:
     return "\n".join(
-        f"{f['severity']} {f['rule']} [{', '.join(f['hosts'])}] {f['message']}\n"
+        f"{f['severity']} {f['rule']} [{', '.join(f['hosts'])}] {row_message(f)}\n"
         f"  fix: {f['remediation']}" for f in findings)
 
 

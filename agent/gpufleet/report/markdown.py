@@ -13,6 +13,7 @@ from gpufleet.report.common import (
     summary_line,
     versions,
 )
+from gpufleet.report.wording import row_message
 
 
 def _cell(value: object) -> str:
@@ -47,6 +48,7 @@ def render(doc: Mapping[str, Any]) -> str:
             continue
         lines += ["", f"## {sev} ({len(group)})", ""]
         for f in group:
-            lines.append(f"- **{f['rule']}** {_cell(', '.join(f['hosts']))}: {_cell(f['message'])}")
+            hosts = _cell(", ".join(f["hosts"]))
+            lines.append(f"- **{f['rule']}** {hosts}: {_cell(row_message(f))}")
             lines.append(f"  - fix: {_code(f['remediation'])}")
     return "\n".join(lines) + "\n"

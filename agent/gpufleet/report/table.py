@@ -19,6 +19,7 @@ from gpufleet.report.common import (
     summary_line,
     versions,
 )
+from gpufleet.report.wording import row_message
 from gpufleet.rules import RULES
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
@@ -62,7 +63,7 @@ def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> 
         for f in group:
             title = RULES[f["rule"]].title if f["rule"] in RULES else ""
             line = Text(f"  {f['rule']} ", style=_STYLE[sev])
-            line.append(f"[{', '.join(f['hosts'])}] {f['message']}")
+            line.append(f"[{', '.join(f['hosts'])}] {row_message(f)}")
             # Findings are not wrapped: long commands stay copy-pasteable on one line.
             console.print(line, soft_wrap=True)
             console.print(Text(f"      {title}; fix: {f['remediation']}", style="dim"),

@@ -172,6 +172,15 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF503", "warning", "matmul TFLOP/s outlier against the fleet",
              "check clocks, power limit and throttling of GPU {gpu} on {host}: "
              "`nvidia-smi -q -d PERFORMANCE,CLOCK,POWER -i {gpu}`"),
+    # GF520-GF529: against the host's own history (gpufleet/history), with --save DIR.
+    RuleInfo("GF520", "warning", "bus bandwidth drifted below the host's own baseline",
+             "{host} lost {drop} of its busbw since its good run of {since}: see what changed with "
+             "`gpufleet history --store DIR {host}`, check `nvidia-smi nvlink -s` and "
+             "`nvidia-smi topo -m`; rerun `gpufleet check --level full -l {host}`"),
+    RuleInfo("GF521", "warning", "matmul TFLOP/s drifted below the host's own baseline",
+             "GPU {gpu} of {host} lost {drop} since its good run of {since}: check clocks, power "
+             "and throttling: `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER -i {gpu}`; see "
+             "`gpufleet history --store DIR {host}`"),
     # ---------------------------------------------------------------- GF6xx smoke
     RuleInfo("GF601", "error", "smoke check failed",
              "{hint}; rerun `gpufleet smoke -l {host} --level full`"),

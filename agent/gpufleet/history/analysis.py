@@ -1,0 +1,177 @@
+"""Per-host history over saved runs, and the slow-drift rules (GF520-GF529).
+
+A run is known-good for a host when the host was reachable, its smoke test (if any) passed and no
+finding at warning or above named it. A host's own baseline is the median of its last
+BASELINE_RUNS good runs measured alike (same backend and world size); it drifts when this run is
+more than DRIFT_MARGIN below that, even while it is above every fleet floor. Gloo runs on CPU ranks
+are not judged, as in rules/perf.py.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpufleet.model import Finding
+from gpufleet.report.common import fmt_bytes, host_worst, versions
+from gpufleet.report.wording import row_message
+from gpufleet.rules.base import finding
+
+# Rules judged here, against saved runs, not by rules.evaluate (tests/unit/test_history.py).
+HISTORY_RULES = ("GF520", "GF521")
+DRIFT_MARGIN = 0.10  # run-to-run busbw/TFLOP/s noise on one host stays well inside this
+BASELINE_RUNS = 10
+TREND_RUNS = 20
+
+Entry = Mapping[str, Any]
+
+
+def _host_summary(hdoc: Mapping[str, Any], worst: str | None) -> dict[str, Any]:
+    smoke = hdoc.get("smoke") or {}
+    bw = {int(k): float(v) for k, v in (smoke.get("busbw_gbps") or {}).items()}
+    tflops = {str(k): float(v) for k, v in (smoke.get("matmul_tflops") or {}).items()}
+    good = (hdoc.get("status") == "ok" and worst not in ("error", "warning")
+            and smoke.get("status") in (None, "pass"))
+    size = max(bw) if bw else None
+    return {"status": hdoc.get("status"), "smoke": smoke.get("status"), "worst": worst,
+            "good": good, "backend": smoke.get("backend"),
+            "world": max(len(smoke.get("hosts") or []), 1),
+            "busbw": [size, bw[size]] if size is not None else None,
+            "busbw_all": {str(k): v for k, v in sorted(bw.items())}, "tflops": tflops}
+
+
+def summarize_run(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per host, what the index keeps of a run."""
+    worst = host_worst(doc)
+    return {name: _host_summary(h, worst.get(name)) for name, h in (doc.get("hosts") or {}).items()}
+
+
+def _alike(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return bool(a.get("backend") == b.get("backend") and a.get("world") == b.get("world"))
+
+
+def _good_runs(name: str, now: Mapping[str, Any], entries: Sequence[Entry]) -> list[Entry]:
+    good = [e for e in entries
+            if (s := e["hosts"].get(name)) is not None and s["good"] and _alike(s, now)]
+    return good[-BASELINE_RUNS:]
+
+
+def drift_findings(doc: Mapping[str, Any], entries: Sequence[Entry]) -> list[Finding]:
+    """GF520 (busbw) and GF521 (TFLOP/s per GPU): this run against each host's own baseline."""
+    out: list[Finding] = []
+    for name, now in sorted(summarize_run(doc).items()):
+        if now["status"] != "ok" or now["backend"] in (None, "gloo"):
+            continue
+        good = _good_runs(name, now, entries)
+        if not good:
+            continue
+        runs = [e["file"] for e in good]
+        since = good[-1]["generated_at"]
+        # busbw at the largest size this run measured that the good runs measured too.
+        if now["busbw"] is not None:
+            size = str(now["busbw"][0])
+            base_vals = [e["hosts"][name]["busbw_all"][size] for e in good
+                         if size in e["hosts"][name].get("busbw_all", {})]
+            if base_vals:
+                base = statistics.median(base_vals)
+                cur = now["busbw"][1]
+                if cur < base * (1 - DRIFT_MARGIN):
+                    drop = 1 - cur / base
+                    out.append(finding(
+                        "GF520", [name],
+                        f"{name}: busbw {cur:.1f} GB/s at {fmt_bytes(int(size))} is "
+                        f"{drop:.0%} below its own baseline {base:.1f} GB/s "
+                        f"({len(base_vals)} good run(s), last {since})",
+                        {"busbw_gbps": cur, "bytes": int(size), "baseline_gbps": base,
+                         "drop": round(drop, 4), "margin": DRIFT_MARGIN, "baseline_runs": runs,
+                         "judged_by": "host history"},
+                        since=since, drop=f"{drop:.0%}"))
+        for gpu, cur in sorted(now["tflops"].items(), key=lambda kv: int(kv[0])):
+            vals = [e["hosts"][name]["tflops"][gpu] for e in good
+                    if gpu in e["hosts"][name]["tflops"]]
+            if not vals:
+                continue
+            base = statistics.median(vals)
+            if cur < base * (1 - DRIFT_MARGIN):
+                drop = 1 - cur / base
+                out.append(finding(
+                    "GF521", [name],
+                    f"{name} GPU {gpu}: matmul {cur:.1f} TFLOP/s is {drop:.0%} below its own "
+                    f"baseline {base:.1f} ({len(vals)} good run(s), last {since})",
+                    {"gpu": int(gpu), "tflops": cur, "baseline_tflops": base,
+                     "drop": round(drop, 4), "margin": DRIFT_MARGIN, "baseline_runs": runs,
+                     "judged_by": "host history", "subject": f"gpu{gpu}"},
+                    since=since, gpu=gpu, drop=f"{drop:.0%}"))
+    return out
+
+
+def _finding_keys(doc: Mapping[str, Any], name: str) -> dict[tuple[str, str], Mapping[str, Any]]:
+    return {(f["rule"], str((f.get("evidence") or {}).get("subject", ""))): f
+            for f in doc.get("findings") or [] if name in (f.get("hosts") or [])}
+
+
+def changes_since(good_doc: Mapping[str, Any], doc: Mapping[str, Any], name: str) -> list[str]:
+    """What changed for `name` from its last good run to this one, one line each."""
+    a, b = (good_doc.get("hosts") or {}).get(name) or {}, (doc.get("hosts") or {}).get(name) or {}
+    lines: list[str] = []
+    if a.get("status") != b.get("status"):
+        lines.append(f"status: {a.get('status')} -> {b.get('status')}")
+    if a.get("facts") and b.get("facts"):
+        va, vb = versions(a), versions(b)
+        lines += [f"{k}: {va[k] or '-'} -> {vb[k] or '-'}" for k in vb if va[k] != vb[k]]
+    sa, sb = _host_summary(a, None), _host_summary(b, None)
+    if sa["busbw"] and sb["busbw"] and sa["busbw"][0] == sb["busbw"][0]:
+        old, new = sa["busbw"][1], sb["busbw"][1]
+        if old and abs(new - old) > 0.02 * old:
+            lines.append(f"busbw @ {fmt_bytes(sa['busbw'][0])}: {old:.1f} -> {new:.1f} GB/s "
+                         f"({(new - old) / old:+.1%})")
+    fa, fb = _finding_keys(good_doc, name), _finding_keys(doc, name)
+    lines += [f"+ {f['rule']} {f['severity']}: {row_message(f)}"
+              for k, f in sorted(fb.items()) if k not in fa]
+    lines += [f"- {f['rule']} resolved: {row_message(f)}"
+              for k, f in sorted(fa.items()) if k not in fb]
+    return lines
+
+
+def history_section(doc: Mapping[str, Any], entries: Sequence[Entry],
+                    load: Callable[[Entry], Mapping[str, Any]],
+                    hosts: Sequence[str] | None = None) -> dict[str, Any]:
+    """The report's "history" member: per host its last known-good run, changes and trend."""
+    now = summarize_run(doc)
+    cache: dict[str, Mapping[str, Any]] = {}
+    out: dict[str, Any] = {}
+    for name in sorted(hosts if hosts is not None else now):
+        cur = now.get(name)
+        past = [(e, e["hosts"][name]) for e in entries if name in e["hosts"]]
+        trend = [{"run": e["file"], "generated_at": e["generated_at"],
+                  "busbw": s["busbw"][1] if s["busbw"] else None,
+                  "bytes": s["busbw"][0] if s["busbw"] else None,
+                  "tflops": min(s["tflops"].values()) if s["tflops"] else None,
+                  "good": s["good"]} for e, s in past]
+        if cur is not None:
+            trend.append({"run": "this run", "generated_at": doc.get("generated_at") or "",
+                          "busbw": cur["busbw"][1] if cur["busbw"] else None,
+                          "bytes": cur["busbw"][0] if cur["busbw"] else None,
+                          "tflops": min(cur["tflops"].values()) if cur["tflops"] else None,
+                          "good": cur["good"]})
+        good = [e for e, s in past if s["good"]]
+        entry: dict[str, Any] = {"last_good": None, "changes": [], "trend": trend[-TREND_RUNS:],
+                                 "baseline": None}
+        if good:
+            last = good[-1]
+            entry["last_good"] = {"run": last["file"], "generated_at": last["generated_at"]}
+            if last["file"] not in cache:
+                cache[last["file"]] = load(last)
+            entry["changes"] = changes_since(cache[last["file"]], doc, name)
+        if cur is not None and cur["busbw"]:
+            alike = _good_runs(name, cur, entries)
+            size = str(cur["busbw"][0])
+            vals = [e["hosts"][name]["busbw_all"][size] for e in alike
+                    if size in e["hosts"][name].get("busbw_all", {})]
+            if vals:
+                entry["baseline"] = {"busbw": statistics.median(vals), "bytes": int(size),
+                                     "runs": len(vals)}
+        out[name] = entry
+    return {"runs": [{"run": e["file"], "generated_at": e["generated_at"]} for e in entries],
+            "hosts": out}

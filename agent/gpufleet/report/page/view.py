@@ -1,0 +1,164 @@
+"""The HTML page's data: the report document reduced to what the page shows, per host.
+
+Pure functions of the JSON document, so a saved report renders like a live one. The page's script
+reads this as JSON (never as HTML); the template shows the summary and the findings.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.model import SEVERITY_ORDER
+from gpufleet.report.common import family_of, host_worst, summary_line, versions
+from gpufleet.report.wording import row_message
+from gpufleet.rules import FAMILIES, RULES
+
+# Keys under which an expected busbw curve (message bytes -> GB/s) may come, in the smoke result
+# or in a finding's evidence; the first that holds a mapping wins. Absent: the plot has none.
+EXPECTED_CURVE_KEYS = ("expected_busbw_gbps", "busbw_expected_gbps", "expected_curve")
+# A single expected number (GB/s) draws a flat line over the measured sizes.
+EXPECTED_VALUE_KEYS = ("expected_gbps", "expected_busbw")
+
+
+def _curve(raw: Any) -> list[list[float]] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    points: list[list[float]] = []
+    for size, value in raw.items():
+        try:
+            points.append([int(size), float(value)])
+        except (TypeError, ValueError):
+            continue
+    return sorted(points) or None
+
+
+def _gpu_model(facts: Mapping[str, Any]) -> str:
+    names = sorted({str(g.get("name")) for g in facts.get("gpus") or [] if g.get("name")})
+    return "+".join(names) if names else "no GPU"
+
+
+def _topology(facts: Mapping[str, Any]) -> str:
+    links = (facts.get("topology") or {}).get("links") or {}
+    kinds = {kind for a, row in links.items() for b, kind in (row or {}).items()
+             if a != b and a.startswith("GPU") and b.startswith("GPU")}
+    return f"{len(facts.get('gpus') or [])}x " + ("/".join(sorted(kinds)) or "?")
+
+
+def cohort_of(hdoc: Mapping[str, Any]) -> str | None:
+    """Hosts measured alike: GPU model, topology, world size and backend (as rules/perf.py)."""
+    smoke = hdoc.get("smoke") or {}
+    facts = hdoc.get("facts") or {}
+    if not smoke.get("busbw_gbps") and not smoke.get("matmul_tflops"):
+        return None
+    world = max(len(smoke.get("hosts") or []), 1)
+    return (f"{_gpu_model(facts)}, {_topology(facts)}, "
+            f"{'single-host' if world == 1 else f'{world}-host'}, {smoke.get('backend') or '?'}")
+
+
+def _expected(hdoc: Mapping[str, Any], findings: list[Mapping[str, Any]]) -> dict[str, Any]:
+    smoke = hdoc.get("smoke") or {}
+    sources: list[Mapping[str, Any]] = [smoke]
+    for key in ("expectation", "expected"):
+        if isinstance(smoke.get(key), Mapping):
+            sources.append(smoke[key])
+    sources += [f.get("evidence") or {} for f in findings]
+    out: dict[str, Any] = {"curve": None, "value": None, "floor": None}
+    for src in sources:
+        for key in EXPECTED_CURVE_KEYS:
+            if out["curve"] is None:
+                out["curve"] = _curve(src.get(key))
+        for key in EXPECTED_VALUE_KEYS:
+            if out["value"] is None and isinstance(src.get(key), (int, float)):
+                out["value"] = float(src[key])
+        if out["floor"] is None and isinstance(src.get("floor_gbps"), (int, float)):
+            out["floor"] = float(src["floor_gbps"])
+    return out
+
+
+def _median_curve(curves: list[list[list[float]]]) -> list[list[float]]:
+    by_size: dict[int, list[float]] = defaultdict(list)
+    for curve in curves:
+        for size, value in curve:
+            by_size[int(size)].append(value)
+    return [[size, statistics.median(vals)] for size, vals in sorted(by_size.items())]
+
+
+def page_data(doc: Mapping[str, Any]) -> dict[str, Any]:
+    findings = list(doc.get("findings") or [])
+    worst = host_worst(doc)
+    by_host: dict[str, list[int]] = defaultdict(list)
+    for i, f in enumerate(findings):
+        for name in f.get("hosts") or []:
+            by_host[name].append(i)
+    history = (doc.get("history") or {}).get("hosts") or {}
+    hosts: list[dict[str, Any]] = []
+    cohort_curves: dict[str, list[list[list[float]]]] = defaultdict(list)
+    cohort_tflops: dict[str, list[float]] = defaultdict(list)
+    for name in sorted(doc.get("hosts") or {}):
+        h = doc["hosts"][name]
+        mine = [findings[i] for i in by_host.get(name, [])]
+        fam: dict[str, str] = {}
+        for f in mine:
+            key = family_of(f["rule"])
+            if SEVERITY_ORDER[f["severity"]] > SEVERITY_ORDER.get(fam.get(key, ""), -1):
+                fam[key] = f["severity"]
+        smoke = h.get("smoke") or {}
+        busbw = _curve(smoke.get("busbw_gbps")) or []
+        tflops_map = smoke.get("matmul_tflops") or {}
+        tflops = [float(tflops_map[k]) for k in sorted(tflops_map, key=int)]
+        cohort = cohort_of(h)
+        if cohort is not None:
+            if busbw:
+                cohort_curves[cohort].append(busbw)
+            cohort_tflops[cohort].extend(tflops)
+        v = versions(h)
+        hosts.append({
+            "name": name,
+            "status": h.get("status"),
+            "error": h.get("error"),
+            "worst": worst.get(name) or "ok",
+            "fam": fam,
+            "gpus": v["gpus"],
+            "driver": v["driver"],
+            "cuda": v["torch_cuda"] or v["driver_cuda"],
+            "torch": v["torch"],
+            "smoke": smoke.get("status"),
+            "busbw": busbw,
+            "tflops": tflops,
+            "cohort": cohort,
+            "expected": _expected(h, mine),
+            "findings": by_host.get(name, []),
+            "versions": {k: val for k, val in v.items() if val},
+            "history": history.get(name),
+        })
+    cohorts = {
+        key: {"hosts": len(cohort_curves.get(key, [])),
+              "busbw_median": _median_curve(cohort_curves.get(key, [])),
+              "tflops_median": statistics.median(cohort_tflops[key])
+              if cohort_tflops.get(key) else None}
+        for key in sorted(set(cohort_curves) | set(cohort_tflops))
+    }
+    return {
+        "generated_at": doc.get("generated_at"),
+        "level": doc.get("level"),
+        "families": [[k, v] for k, v in FAMILIES.items()],
+        "hosts": hosts,
+        "cohorts": cohorts,
+        "findings": [
+            {"rule": f["rule"], "severity": f["severity"], "hosts": f.get("hosts") or [],
+             "message": f.get("message") or "", "row": row_message(f),
+             "title": RULES[f["rule"]].title if f["rule"] in RULES else "",
+             "evidence": f.get("evidence") or {}, "remediation": f.get("remediation") or ""}
+            for f in findings],
+        "runs": (doc.get("history") or {}).get("runs") or [],
+    }
+
+
+def summary(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """What the page's header shows without script: the summary line and counts."""
+    s = doc["summary"]
+    return {"line": summary_line(doc), "healthy": bool(s["healthy"]), "hosts": s["hosts"],
+            "status": s["status"], "findings": s["findings"], "hosts_with": s["hosts_with"]}
