@@ -304,3 +304,14 @@ def test_17_a_parser_crash_is_a_could_not_read_error_not_a_lost_host(
     facts = collect.parse_probe_output(text)
     assert "could not read topology" in facts.errors["topology"]
     assert len(facts.gpus) == 2 and facts.driver.version  # the rest was read
+
+
+def test_17_an_odd_result_json_is_a_failed_run_with_the_reason() -> None:
+    spec = HostSpec(name="gpu1", address="10.0.0.1")
+    h = runner._Host(spec, LocalTransport(spec), None, "gfsmoke-test")
+    h.nproc = 2
+    h.files = {"result.json": json.dumps({"status": "pass", "ranks": [{"host": "gpu1"}],
+                                          "busbw_gbps": {"x": "fast"}})}
+    res = runner._result(h, [h], "quick", 1.0)
+    assert res.status == "error"
+    assert "could not read result.json" in (res.error or "")

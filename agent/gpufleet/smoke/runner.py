@@ -626,8 +626,12 @@ def _result(h: _Host, world: Sequence[_Host], level: str, elapsed: float) -> Smo
                      + ", ".join(ignored[:5]))
     traces = [f"{m.spec.name}: {m.files['traces']}" for m in world if m.files.get("traces")]
     if result is not None:
-        return _from_result(h, result=result, level=level, timings=timings, names=names,
-                            log_tail=log_tail, notes=notes, world=world)
+        try:
+            return _from_result(h, result=result, level=level, timings=timings, names=names,
+                                log_tail=log_tail, notes=notes, world=world)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            # result.json is the host's data: an odd one is a failed run, not a lost host.
+            notes = [*notes, f"could not read result.json: {type(exc).__name__}: {exc}"[:300]]
     nranks = max([world_size, *(r + 1 for r in [*progress, *rank_files])])
     hung, why = _hung_ranks(progress, rank_files, nranks) if progress else ([], "")
     errors = [f"rank {r}: {f.get('error')}" for r, f in sorted(rank_files.items())

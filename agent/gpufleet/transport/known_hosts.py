@@ -19,7 +19,7 @@ import re
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import paramiko
 
@@ -40,14 +40,26 @@ def warn_once(message: str) -> None:
     print(f"gpufleet: warning: {message}", file=sys.stderr)
 
 
+# One host pattern, ready to test: (negated, exact name or None, compiled wildcard or None).
+_Pattern = tuple[bool, str | None, "re.Pattern[str] | None"]
+
+
 @dataclass(frozen=True)
 class Entry:
     patterns: str  # the host field as written
     key: paramiko.PKey
     marker: str | None = None  # "revoked" (cert-authority lines are never entries)
+    compiled: tuple[_Pattern, ...] = field(default=(), compare=False, repr=False)
+
+    @classmethod
+    def make(cls, patterns: str, key: paramiko.PKey, marker: str | None = None) -> Entry:
+        # Compiled once per line: a sweep tests every host against every line.
+        return cls(patterns, key, marker, _compile(patterns))
 
     def matches(self, name: str) -> bool:
-        return host_matches(self.patterns, name)
+        if self.patterns.startswith("|"):
+            return _hashed_match(self.patterns, name)
+        return _match(self.compiled or _compile(self.patterns), name.lower())
 
 
 @dataclass(frozen=True)
@@ -61,13 +73,37 @@ def known_name(host: str, port: int) -> str:
     return host if port == 22 else f"[{host}]:{port}"
 
 
-def _pattern_regex(pattern: str) -> re.Pattern[str]:
-    body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
-    return re.compile(body, re.DOTALL)
+def _compile(patterns: str) -> tuple[_Pattern, ...]:
+    if patterns.startswith("|"):
+        return ()
+    out: list[_Pattern] = []
+    for raw in patterns.lower().split(","):
+        negated = raw.startswith("!")
+        pattern = raw[1:] if negated else raw
+        if not pattern:
+            continue
+        if "*" in pattern or "?" in pattern:
+            body = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c)
+                           for c in pattern)
+            out.append((negated, None, re.compile(body, re.DOTALL)))
+        else:
+            out.append((negated, pattern, None))
+    return tuple(out)
 
 
-def _hashed_match(field: str, name: str) -> bool:
-    parts = field.split("|")  # "", "1", salt, hash
+def _match(compiled: tuple[_Pattern, ...], name: str) -> bool:
+    """OpenSSH's match_hostname: any positive pattern matches and no negated one does."""
+    found = False
+    for negated, exact, wildcard in compiled:
+        if exact == name if wildcard is None else wildcard.fullmatch(name):
+            if negated:
+                return False
+            found = True
+    return found
+
+
+def _hashed_match(field_: str, name: str) -> bool:
+    parts = field_.split("|")  # "", "1", salt, hash
     if len(parts) != 4 or parts[1] != "1":
         return False
     try:
@@ -79,21 +115,10 @@ def _hashed_match(field: str, name: str) -> bool:
 
 
 def host_matches(patterns: str, name: str) -> bool:
-    """OpenSSH's match_hostname: any positive pattern matches and no negated one does."""
+    """Whether a known_hosts host field (patterns, or a hashed name) matches `name`."""
     if patterns.startswith("|"):
         return _hashed_match(patterns, name)
-    name = name.lower()
-    found = False
-    for raw in patterns.split(","):
-        negated = raw.startswith("!")
-        pattern = raw[1:] if negated else raw
-        if not pattern:
-            continue
-        if _pattern_regex(pattern.lower()).fullmatch(name):
-            if negated:
-                return False
-            found = True
-    return found
+    return _match(_compile(patterns), name.lower())
 
 
 def parse(text: str, source: str = "known_hosts") -> list[Entry]:
@@ -128,7 +153,7 @@ def parse(text: str, source: str = "known_hosts") -> list[Entry]:
             warn_once(f"{source}:{number}: {kind} key cannot be read ({type(exc).__name__})"
                       ": line skipped")
             continue
-        entries.append(Entry(patterns, key, marker))
+        entries.append(Entry.make(patterns, key, marker))
     return entries
 
 
@@ -230,4 +255,4 @@ def check(key: paramiko.PKey, found: KnownKeys, *, name: str, where: str, files:
         with open(record_to, "a", encoding="ascii") as f:
             f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
         # Keep the parsed file current instead of re-reading it for every new host.
-        _cache[record_to] = (os.stat(record_to).st_mtime, [*before, Entry(name, key)])
+        _cache[record_to] = (os.stat(record_to).st_mtime, [*before, Entry.make(name, key)])
