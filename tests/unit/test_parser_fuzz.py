@@ -77,7 +77,7 @@ def render_report_of(facts: Facts) -> None:
     render(report, Format.table)
 
 
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
+@settings(max_examples=200, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(name=st.sampled_from(sorted(TEXTS)), edits=st.lists(EDIT, min_size=1, max_size=6))
 @example(name="probe-idle.txt", edits=[("sub", 0, "Link 0: 26.562 GB/s", "Link 0: 26.56.2 GB/s")])
