@@ -379,9 +379,10 @@ def _prepare_member(h: _Host) -> None:
         res = h.transport.run(_python(h, [h.script, "--run-dir", h.run_dir, "--versions"]),
                               timeout=120)
         line = res.stdout.strip().splitlines()[-1:] or [""]
-        try:
-            h.versions = json.loads(line[0])
-        except ValueError:
+        versions = _loads(line[0])  # a JSON object, or None: the host's output is data
+        if versions is not None:
+            h.versions = versions
+        else:
             h.error = ("could not read torch/NCCL versions: "
                        + (res.stderr.strip()[-300:] or f"exit {res.rc}"))
     except TransportError as e:
