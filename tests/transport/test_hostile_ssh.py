@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import dsa
 from sshdlab import PORT, Lab, keygen
 from test_ssh import failure, fingerprint, spec
 
+from gpufleet.inventory import load_inventory
 from gpufleet.model import HostSpec
 from gpufleet.transport import connect, known_hosts, ssh
 from gpufleet.transport.capture import HEAD_BYTES, TAIL_BYTES
@@ -76,6 +77,20 @@ def test_1_port_must_match_the_bracketed_form(lab: Lab, tmp_path: Path) -> None:
     known.write_text(f"{lab.target.address} {_key_fields(other)}\n")
     err = failure(spec(lab))
     assert err.status == "hostkey_mismatch" and "not known" in err.message
+
+
+# --------------------------------------------------------------------------- 4: first -o wins
+
+
+def test_4_yes_then_no_stays_strict_end_to_end(lab: Lab, tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.ini"
+    inv.write_text(
+        f"gpu-a ansible_host={lab.target.address} ansible_port={PORT} ansible_user=root "
+        f"ansible_ssh_private_key_file={lab.client_key} ansible_ssh_common_args="
+        "'-o StrictHostKeyChecking=yes -o StrictHostKeyChecking=no'\n")
+    err = failure(load_inventory([str(inv)])[0])
+    assert err.status == "hostkey_mismatch" and "not known" in err.message
+    assert not (lab.home / ".ssh" / "known_hosts").exists()
 
 
 # --------------------------------------------------------------------------- 2: jump hosts
