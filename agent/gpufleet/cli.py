@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -187,13 +188,21 @@ def _emit(text: str, output: Path | None) -> None:
         sys.stdout.flush()
         return
     # Write beside, then rename: node_exporter's textfile collector (or a CI job) never reads a
-    # half-written report.
-    tmp = output.with_name(f".{output.name}.tmp")
+    # half-written report. The temp file is new and ours (O_EXCL, unique name): a planted
+    # symlink is never followed and concurrent runs never share one.
+    tmp: str | None = None
     try:
-        tmp.write_text(text, encoding="utf-8")
+        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp",
+                                   dir=output.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # what a plain open() would have made, not mkstemp's 0600
         os.replace(tmp, output)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise UsageError(f"cannot write {output}: {exc.strerror}") from exc
 
 
@@ -211,7 +220,7 @@ def _note_no_gpu(results: Mapping[str, HostResult]) -> None:
             continue
         reason = facts.errors.get("nvidia_smi")
         if reason is None or "not found" in reason:
-            print(f"gpufleet: {name}: no NVIDIA GPU ({reason or 'nvidia-smi lists none'})",
+            print(inert(f"gpufleet: {name}: no NVIDIA GPU ({reason or 'nvidia-smi lists none'})"),
                   file=sys.stderr)
 
 
@@ -400,6 +409,12 @@ def _document_findings(findings: Sequence[Any]) -> list[dict[str, Any]]:
     return [to_jsonable(f) for f in findings]
 
 
+def inert(value: object) -> str:
+    from gpufleet.report.sanitize import text  # noqa: PLC0415
+
+    return text(value)
+
+
 # --------------------------------------------------------------------------- facts output
 
 
@@ -443,6 +458,9 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
     from rich.table import Table  # noqa: PLC0415
     from rich.text import Text  # noqa: PLC0415
 
+    def cell(value: object) -> Text:  # host data: no markup, no escapes, no secrets
+        return Text(inert(value))
+
     out = io.StringIO()
     console = Console(file=out, width=width, force_terminal=color, no_color=not color,
                       color_system="standard" if color else None, highlight=False, emoji=False)
@@ -454,18 +472,19 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
         status = Text(result.status, style="green" if result.status == "ok" else "bold red")
         f = result.facts
         if f is None:
-            table.add_row(name, status, *["-"] * 8)
+            table.add_row(cell(name), status, *["-"] * 8)
             continue
         table.add_row(
-            name, status,
-            " ".join(filter(None, (f.os.id, f.os.version_id))) or "-",
-            f.os.kernel or "-",
-            _driver_cell(f),
-            f.driver.cuda_version or "-",
-            _gpus_cell(f),
-            f.toolkit_version or "-",
-            f.docker.server_version if f.docker and f.docker.server_version else "-",
-            f.nccl_system_version or "-",
+            cell(name), status, *map(cell, (
+                " ".join(filter(None, (f.os.id, f.os.version_id))) or "-",
+                f.os.kernel or "-",
+                _driver_cell(f),
+                f.driver.cuda_version or "-",
+                _gpus_cell(f),
+                f.toolkit_version or "-",
+                f.docker.server_version if f.docker and f.docker.server_version else "-",
+                f.nccl_system_version or "-",
+            )),
         )
     summary = _facts_summary(results)
     not_ok = {s: n for s, n in summary["status"].items() if s != "ok"}
@@ -479,8 +498,9 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
     if problems:
         console.print(Text("problems", style="bold"))
     for name, text in problems:
-        entry = Text(f"  {name}: ", style="bold red" if results[name].status != "ok" else "yellow")
-        entry.append(text)
+        entry = Text(f"  {inert(name)}: ",
+                     style="bold red" if results[name].status != "ok" else "yellow")
+        entry.append(inert(text))
         console.print(entry)
     # rich pads every cell; trailing blanks only get in the way of diffs and golden files.
     return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())

@@ -7,27 +7,33 @@ connections of all reachable hosts open until the world has finished.
 from __future__ import annotations
 
 import dataclasses
-import re
 import threading
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpufleet import probes
 from gpufleet.fanout import fan_out
 from gpufleet.model import CommandResult, Facts, HostResult, HostSpec, SmokeResult
+from gpufleet.report.sanitize import redact
 from gpufleet.transport import Transport, TransportError, connect
 
 
 def _raw_sink(raw_dir: Path | None, name: str) -> Callable[[str], None] | None:
     if raw_dir is None:
         return None
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    safe = raw_file_name(name)
 
     def sink(text: str) -> None:
         raw_dir.mkdir(parents=True, exist_ok=True)
-        (raw_dir / f"{safe}.txt").write_text(text, encoding="utf-8")
+        (raw_dir / safe).write_text(redact(text), encoding="utf-8")
 
     return sink
+
+
+def raw_file_name(host: str) -> str:
+    """A file name per host, unique and reversible (urllib.parse.unquote): gpu/1 → gpu%2F1.txt."""
+    return urllib.parse.quote(host, safe="") + ".txt"
 
 
 class _Watched(Transport):

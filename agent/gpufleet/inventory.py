@@ -216,6 +216,9 @@ def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) 
     if port is None and var("ansible_ssh_port") is not None:
         port = integer("ansible_ssh_port")
     if port is None and ssh.get("port"):
+        if not str(ssh["port"]).isdigit() or not 0 < int(ssh["port"]) < 65536:
+            raise fail("ansible_ssh_common_args/ansible_ssh_extra_args", f"-p {ssh['port']}",
+                       "a port number (1-65535)")
         port = int(ssh["port"])
 
     key_files = [os.path.expanduser(str(k)) for k in ssh.get("identity", [])]
@@ -269,12 +272,21 @@ def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) 
 
 
 def _parse_ssh_args(args: Sequence[str]) -> dict[str, Any]:
-    """The OpenSSH options we honour from ansible_ssh_common_args / ansible_ssh_extra_args."""
+    """The OpenSSH options we honour from ansible_ssh_common_args / ansible_ssh_extra_args.
+
+    As in ssh(1), the first value given for an option wins (`-o StrictHostKeyChecking=yes -o
+    StrictHostKeyChecking=no` stays strict); IdentityFile is the one option that adds up.
+    """
     found: dict[str, Any] = {}
+    seen: set[str] = set()
 
     def option(text: str) -> None:
         key, _, value = text.replace("=", " ", 1).partition(" ")
         key, value = key.strip().lower(), value.strip()
+        if key != "identityfile":
+            if key in seen:
+                return
+            seen.add(key)
         if key == "proxyjump" and value.lower() != "none":
             found.setdefault("jump", value)
         elif key == "proxycommand":
@@ -285,7 +297,7 @@ def _parse_ssh_args(args: Sequence[str]) -> dict[str, Any]:
             found.setdefault("known_hosts", []).extend(
                 os.path.expanduser(p) for p in value.split())
         elif key == "stricthostkeychecking":
-            found["strict"] = value.lower() not in ("no", "off", "false")
+            found.setdefault("strict", value.lower() not in ("no", "off", "false"))
         elif key == "user":
             found.setdefault("user", value)
         elif key == "port":

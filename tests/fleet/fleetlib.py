@@ -376,6 +376,10 @@ X11Forwarding no
 AcceptEnv LANG LC_*
 MaxStartups 100:30:200
 Subsystem sftp internal-sftp
+# The non-root login user of the become test (test_become_fleet.py) brings its own key file:
+# sshd reads authorized keys as the user, who cannot enter the fleet's root-only temp dir.
+Match User gpufleet-become
+    AuthorizedKeysFile .ssh/authorized_keys
 """
 
 

@@ -57,6 +57,7 @@ class Sshd:
 def start_sshd(base: Path, address: str, authorized: Path, extra: str = "",
                port: int = PORT, sftp: bool = True) -> Sshd:
     base.mkdir(parents=True, exist_ok=True)
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
     host_key = keygen(base / "host_ed25519")
     config = base / "sshd_config"
     log = base / "sshd.log"

@@ -102,7 +102,7 @@ def test_gather_facts_uses_the_transport_and_saves_raw(monkeypatch: pytest.Monke
     assert [r.status for r in results.values()] == ["ok", "ok"]
     assert results["h00"].facts is not None and results["h00"].facts.os.kernel
     assert (tmp_path / "raw" / "h00.txt").read_text() == "raw for h00\n"
-    assert (tmp_path / "raw" / "odd_name.txt").exists()
+    assert (tmp_path / "raw" / "odd%2Fname.txt").exists()  # unique, reversible names
 
 
 def test_gather_facts_turns_transport_errors_into_statuses(monkeypatch: pytest.MonkeyPatch

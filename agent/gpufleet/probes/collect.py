@@ -7,8 +7,9 @@ import datetime as dt
 import functools
 from collections.abc import Callable
 from importlib import resources
+from typing import Any, TypeVar
 
-from gpufleet.model import DriverInfo, FabricInfo, Facts, HostSpec, ImageInfo
+from gpufleet.model import DriverInfo, FabricInfo, Facts, Gpu, HostSpec, ImageInfo, OsInfo, Topology
 from gpufleet.probes.containers import (
     docker_failure,
     parse_containerd_version,
@@ -44,6 +45,7 @@ from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m
 from gpufleet.transport.base import Transport
 
 DEFAULT_TOOL_TIMEOUT = 10.0
+T = TypeVar("T")
 
 
 @functools.cache
@@ -114,9 +116,20 @@ _SMI_FAMILIES = (
 def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     """The probe's sectioned output -> Facts (pure). Missing or failed facts are None/empty
     with a sentence in Facts.errors[family]."""
-    s = split_sections(text)
     errors: dict[str, str] = {}
-    meta = _key_values(s["meta"].stdout) if "meta" in s else {}
+
+    def safe(family: str, default: Any, parse: Callable[..., T], *args: Any) -> T:
+        """What `parse` read, or `default` and a "could not read" sentence: one odd line
+        from a host costs that fact, never the host's whole fact set."""
+        try:
+            return parse(*args)
+        except Exception as exc:  # a parser bug on odd host data costs one fact, not all
+            errors[family] = f"could not read {family}: {type(exc).__name__}: {exc}"[:300]
+            got: T = default
+            return got
+
+    s = safe("probe", {}, split_sections, text)
+    meta = safe("probe", {}, _key_values, s["meta"].stdout) if "meta" in s else {}
     tt = meta.get("tool_timeout", "?")
     if not s:
         errors["probe"] = "probe printed nothing"
@@ -135,8 +148,9 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     # -- OS, kernel, kernel module
     fail("os", "os_release", "cat /etc/os-release")
     fail("kernel", "uname", "uname")
-    os_facts = os_info(ok("os_release"), ok("uname"))
-    module_version, flavor = parse_proc_driver_version(ok("proc_driver_version") or "")
+    os_facts = safe("os", OsInfo(), os_info, ok("os_release"), ok("uname"))
+    module_version, flavor = safe("kernel_module", (None, None), parse_proc_driver_version,
+                                  ok("proc_driver_version") or "")
     proc = s.get("proc_driver_version")
     if proc is not None and not proc.ok:
         errors["kernel_module"] = (
@@ -161,21 +175,21 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
                 errors["nvidia_smi"] = f"nvidia-smi hung (no answer in {tt} s)"
 
     q_text = ok("nvidia_smi_q") or ""
-    q_driver, q_cuda = parse_nvidia_smi_q_header(q_text)
-    gpus = parse_query_gpu_csv(ok("query_gpu") or ok("query_gpu_basic") or "")
+    q_driver, q_cuda = safe("driver", (None, None), parse_nvidia_smi_q_header, q_text)
+    gpus = safe("gpus", (), parse_query_gpu_csv, ok("query_gpu") or ok("query_gpu_basic") or "")
     if not gpus and q_text:  # both CSV queries failed: the full -q parse is the fallback
-        query = parse_nvidia_smi_q(q_text)
-        gpus = tuple(gpu_from_q(i, values) for i, values in enumerate(query.gpus))
+        gpus = safe("gpus", (), _gpus_from_q, q_text)
     if first is not None and not first.ok and smi_error is None and not gpus:
         errors["gpus"] = nvidia_smi_failure(first.rc, first.text, tt)
 
     libs = ok("ldconfig")
     driver = DriverInfo(
         version=(
-            query_gpu_driver_version(ok("query_gpu") or ok("query_gpu_basic") or "")
+            safe("driver", None, query_gpu_driver_version,
+                 ok("query_gpu") or ok("query_gpu_basic") or "")
             or q_driver
-            or parse_ldconfig_nvml(libs or "")
-            or nvml_library_version(first.text if first is not None else "")
+            or safe("driver", None, parse_ldconfig_nvml, libs or "")
+            or safe("driver", None, nvml_library_version, first.text if first is not None else "")
         ),
         kernel_module_version=module_version,
         kernel_module_flavor=flavor,
@@ -186,45 +200,45 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     topology = None
     topo_text = ok("topo")
     if topo_text is not None:
-        topology = parse_topo_m(topo_text)
-        if not topology.devices:
+        topology = safe("topology", Topology(), parse_topo_m, topo_text)
+        if not topology.devices and "topology" not in errors:
             topology = None
             errors["topology"] = "nvidia-smi topo -m: no matrix in the output"
-    nvlink = parse_nvlink_status(ok("nvlink") or "")
-    fabric = _fabric(s, q_text)
+    nvlink = safe("nvlink", (), parse_nvlink_status, ok("nvlink") or "")
+    fabric = safe("fabric", None, _fabric, s, q_text)
 
     # -- container stack
     toolkit = None
     if ok("toolkit") is not None:
-        toolkit = parse_toolkit_version(ok("toolkit") or "")
-        if toolkit is None:
+        toolkit = safe("toolkit", None, parse_toolkit_version, ok("toolkit") or "")
+        if toolkit is None and "toolkit" not in errors:
             errors["toolkit"] = "nvidia-ctk --version: no version in the output"
     fail("toolkit", "toolkit", "nvidia-ctk")
     docker = None
     info = s.get("docker_info")
     if info is not None:
-        docker = parse_docker_info(info.stdout) if info.ok else None
+        docker = safe("docker", None, parse_docker_info, info.stdout) if info.ok else None
         if info.rc == NOT_FOUND_RC or info.hung:
             errors["docker"] = tool_failure("docker", info, tt)
-        elif docker is None:
+        elif docker is None and "docker" not in errors:
             errors["docker"] = docker_failure(info.text)
-    containerd = parse_containerd_version(ok("containerd") or "")
+    containerd = safe("containerd", None, parse_containerd_version, ok("containerd") or "")
     fail("containerd", "containerd", "containerd")
-    image = _image(s.get("image"), meta.get("image") or None, errors, tt)
+    image = safe("image", None, _image, s.get("image"), meta.get("image") or None, errors, tt)
 
     # -- libraries, kernel log, processes
     nccl = None
     if libs is not None:
-        nccl = parse_ldconfig_nccl(libs)
-        if nccl is None:
+        nccl = safe("nccl", None, parse_ldconfig_nccl, libs)
+        if nccl is None and "nccl" not in errors:
             errors["nccl"] = (
                 "libnccl is in the ldconfig cache but its version could not be resolved"
                 if has_nccl(libs) else "no system libnccl in the ldconfig cache"
             )
     fail("nccl", "ldconfig", "ldconfig")
-    xids = parse_xid_lines(ok("kernel_log") or "")
+    xids = safe("xid", (), parse_xid_lines, ok("kernel_log") or "")
     fail("xid", "kernel_log", "dmesg")
-    processes = parse_compute_apps(ok("compute_apps") or "")
+    processes = safe("gpu_processes", (), parse_compute_apps, ok("compute_apps") or "")
 
     return Facts(
         collected_at=collected_at,
@@ -243,6 +257,11 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
         gpu_processes=processes,
         errors=errors,
     )
+
+
+def _gpus_from_q(q_text: str) -> tuple[Gpu, ...]:
+    query = parse_nvidia_smi_q(q_text)
+    return tuple(gpu_from_q(i, values) for i, values in enumerate(query.gpus))
 
 
 def _fabric(s: dict[str, Section], q_text: str) -> FabricInfo | None:

@@ -95,8 +95,16 @@ def parse_csv(text: str, fields: Iterable[str] | None = None) -> list[dict[str, 
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         return []
-    reader = csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True)
-    rows = list(reader)
+    # Line by line: nvidia-smi never quotes a newline, and one unreadable line (a field over
+    # csv's 128 KiB limit, a NUL) must not lose the rows around it.
+    rows: list[list[str]] = []
+    for line in lines:
+        try:
+            rows += list(csv.reader(io.StringIO(line), skipinitialspace=True))
+        except csv.Error:
+            continue
+    if not rows:
+        return []
     if fields is None:
         header = [re.sub(r"\s*\[.*\]$", "", name.strip()) for name in rows[0]]
         rows = rows[1:]

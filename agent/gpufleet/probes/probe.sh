@@ -24,7 +24,16 @@ done
 case $tool_timeout in '' | *[!0-9.]*) tool_timeout=10 ;; esac
 pdn=${GPUFLEET_PROC_DRIVER_NVIDIA:-/proc/driver/nvidia}
 
-tmp=$(mktemp -d 2>/dev/null) || { tmp=/tmp/gpufleet-probe.$$; mkdir -p "$tmp"; }
+# Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
+# a planted symlink included), private from the start (umask), never one someone else made.
+tmp=$(mktemp -d 2>/dev/null) || {
+    tmp=${TMPDIR:-/tmp}/gpufleet-probe.$$
+    (umask 077 && mkdir "$tmp") 2>/dev/null && [ -d "$tmp" ] && [ ! -L "$tmp" ] && [ -O "$tmp" ] || {
+        echo "gpufleet probe: cannot create a private temporary directory ($tmp exists or" \
+            "cannot be made)" >&2
+        exit 91
+    }
+}
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 143' TERM HUP INT
 

@@ -11,7 +11,7 @@ _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|NVS\d+)$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC\d+):\s*(\S+)\s*$")
 _GPU_LINE = re.compile(r"^GPU (\d+):")
 _LINK_LINE = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$")
-_SPEED = re.compile(r"([\d.]+)\s*GB/s")
+_SPEED = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)\s*GB/s")
 
 
 def parse_topo_m(text: str) -> Topology:
@@ -77,7 +77,8 @@ def parse_nvlink_status(text: str) -> tuple[GpuNvLinks, ...]:
             continue
         state = link_match.group(2)
         speed = _SPEED.search(state)
-        active = speed is not None and "inactive" not in state.lower()
+        # "26.56.2 GB/s": up, at a speed we cannot read (None), rather than the whole host lost.
+        active = "GB/s" in state and "inactive" not in state.lower()
         links.append(NvLink(
             link=int(link_match.group(1)),
             active=active,

@@ -6,61 +6,20 @@ exactly like a live one, and redaction happens in one place.
 
 from __future__ import annotations
 
-import math
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet.model import SEVERITY_ORDER, Finding, Report, to_jsonable
+from gpufleet.report import sanitize
 
 STATUSES = ("ok", "unreachable", "auth_failed", "hostkey_mismatch", "timeout", "busy", "error")
 SEVERITIES = ("error", "warning", "info")
 
 Doc = dict[str, Any]
 
-# Secrets that tools like to echo (env dumps in smoke logs, URLs with credentials, keys).
-_SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(-----END [A-Z ]*PRIVATE KEY-----|$)",
-                re.DOTALL), "[REDACTED PRIVATE KEY]"),
-    (re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_KEY|"
-                r"CREDENTIALS?)[A-Z0-9_]*)(\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|\S+)"), r"\1\2***"),
-    (re.compile(r"(?i)\b(authorization:\s*(?:bearer|basic|token)?\s*)\S+"), r"\1***"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"), r"\1***@"),
-    (re.compile(r"\b(hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|AKIA[0-9A-Z]{16})\b"), "***"),
-)
-
-
-# One cheap search first: almost no string holds a secret, and reports hold many strings.
-_MAYBE_SECRET = re.compile(
-    r"(?i)token|secret|passw|api_?key|access_key|credential|authorization|private key|"
-    r"://[^/\s]*@|\bhf_|\bgh[pousr]_|\bAKIA"
-)
-
-
-_SECRET_KEY = re.compile(r"(?i)token|secret|passw|api_?key|access_key|credential")
-
-
-def redact(text: str) -> str:
-    if not _MAYBE_SECRET.search(text):
-        return text
-    for pattern, repl in _SECRET_PATTERNS:
-        text = pattern.sub(repl, text)
-    return text
-
-
 def _clean(obj: Any) -> Any:
-    if isinstance(obj, str):
-        return redact(obj)
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None  # JSON has no NaN/Infinity
-    if isinstance(obj, dict):
-        # An environment captured as a mapping: the key names the secret, the value is it.
-        return {k: "***" if isinstance(v, str) and v and _SECRET_KEY.search(k) else _clean(v)
-                for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_clean(v) for v in obj]
-    return obj
+    return sanitize.clean(obj)
 
 
 def summarize(report: Report) -> dict[str, Any]:
@@ -172,11 +131,13 @@ def host_worst(doc: Mapping[str, Any]) -> dict[str, str | None]:
 
 
 def busbw_largest(hdoc: Mapping[str, Any]) -> tuple[int, float] | None:
-    bw = (hdoc.get("smoke") or {}).get("busbw_gbps") or {}
+    raw = (hdoc.get("smoke") or {}).get("busbw_gbps") or {}
+    numbers = {int(k): sanitize.number(v) for k, v in raw.items() if str(k).isdigit()}
+    bw = {k: v for k, v in numbers.items() if v is not None}
     if not bw:
         return None
-    size = max(bw, key=int)
-    return int(size), float(bw[size])
+    size = max(bw)
+    return size, bw[size]
 
 
 def fmt_bytes(n: int) -> str:

@@ -16,6 +16,7 @@ from gpufleet.report.common import (
     summarize_doc,
     versions,
 )
+from gpufleet.report.sanitize import clean
 
 # busbw changes smaller than this fraction are run-to-run noise.
 BUSBW_CHANGE = 0.10
@@ -38,6 +39,7 @@ def _line(sign: str, f: Mapping[str, Any]) -> str:
 
 def diff_reports(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     """Human-readable changes from `old` to `new` (both parsed report JSON)."""
+    old, new = clean(old), clean(new)  # reports hold host data: inert text only
     old_h, new_h = old.get("hosts", {}), new.get("hosts", {})
     old_f, new_f = _findings(old), _findings(new)
     lines = [f"gpufleet diff: {old.get('generated_at') or 'old'} -> "

@@ -13,14 +13,16 @@ from gpufleet.report.common import (
     summary_line,
     versions,
 )
+from gpufleet.report.sanitize import markdown
 from gpufleet.report.wording import row_message
 
 
 def _cell(value: object) -> str:
-    text = "-" if value is None or value == "" else str(value)
-    # Tool output is data: no HTML, no table breaks.
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    if value is None or value == "":
+        return "-"
+    # Tool output is data: no HTML, no links or images, no table breaks.
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return markdown(text).replace("\n", " ")
 
 
 def _code(value: str) -> str:
@@ -28,7 +30,8 @@ def _code(value: str) -> str:
 
 
 def render(doc: Mapping[str, Any]) -> str:
-    lines = [f"# gpufleet report ({doc.get('level')}, {doc.get('generated_at') or 'undated'})",
+    lines = [f"# gpufleet report ({_cell(doc.get('level'))}, "
+             f"{_cell(doc.get('generated_at') or 'undated')})",
              "", f"**{_cell(summary_line(doc))}**", "",
              "| host | status | worst | GPUs | driver | CUDA | torch | smoke | busbw |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -48,7 +51,7 @@ def render(doc: Mapping[str, Any]) -> str:
             continue
         lines += ["", f"## {sev} ({len(group)})", ""]
         for f in group:
-            hosts = _cell(", ".join(f["hosts"]))
-            lines.append(f"- **{f['rule']}** {hosts}: {_cell(row_message(f))}")
+            lines.append(f"- **{_cell(f['rule'])}** {_cell(', '.join(f['hosts']))}: "
+                         f"{_cell(row_message(f))}")
             lines.append(f"  - fix: {_code(f['remediation'])}")
     return "\n".join(lines) + "\n"

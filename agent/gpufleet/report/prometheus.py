@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gpufleet.report.common import SEVERITIES, versions
+from gpufleet.report.sanitize import number
 
 
 class _ReportCollector(Collector):
@@ -55,9 +56,11 @@ class _ReportCollector(Collector):
             if s is not None:
                 smoke.add_metric([name, s["status"]], 1.0 if s["status"] == "pass" else 0.0)
                 for size, bw in sorted(s.get("busbw_gbps", {}).items(), key=lambda kv: int(kv[0])):
-                    busbw.add_metric([name, str(size)], float(bw))
+                    if (value := number(bw)) is not None:  # non-finite: missing, not a sample
+                        busbw.add_metric([name, str(size)], value)
                 for gpu, t in sorted(s.get("matmul_tflops", {}).items(), key=lambda kv: int(kv[0])):
-                    tflops.add_metric([name, str(gpu)], float(t))
+                    if (value := number(t)) is not None:
+                        tflops.add_metric([name, str(gpu)], value)
             if facts is not None:
                 info.add_metric([name], {k: v or "" for k, v in versions(h).items()})
         yield from (up, gpus, findings, rules, smoke, busbw, tflops, info)

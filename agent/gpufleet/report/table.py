@@ -43,16 +43,13 @@ def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> 
         smoke = h.get("smoke") or {}
         bw = busbw_largest(h)
         w = worst.get(name) or "ok"
-        hosts.add_row(
-            name,
-            Text(h["status"], style=_STYLE["ok"] if h["status"] == "ok" else _STYLE["error"]),
+        hosts.add_row(  # Text, not str: rich would read markup in host data
+            Text(name),
+            Text(str(h["status"]), style=_STYLE["ok"] if h["status"] == "ok" else _STYLE["error"]),
             Text(w, style=_STYLE[w]),
-            v["gpus"] or "-",
-            v["driver"] or "-",
-            v["torch_cuda"] or v["driver_cuda"] or "-",
-            v["torch"] or "-",
-            smoke.get("status") or "-",
-            f"{bw[1]:.1f} GB/s @ {fmt_bytes(bw[0])}" if bw else "-",
+            *(Text(str(c or "-")) for c in (
+                v["gpus"], v["driver"], v["torch_cuda"] or v["driver_cuda"], v["torch"],
+                smoke.get("status"), f"{bw[1]:.1f} GB/s @ {fmt_bytes(bw[0])}" if bw else None)),
         )
     console.print(hosts)
     for sev in SEVERITIES:

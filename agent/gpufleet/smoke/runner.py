@@ -379,9 +379,10 @@ def _prepare_member(h: _Host) -> None:
         res = h.transport.run(_python(h, [h.script, "--run-dir", h.run_dir, "--versions"]),
                               timeout=120)
         line = res.stdout.strip().splitlines()[-1:] or [""]
-        try:
-            h.versions = json.loads(line[0])
-        except ValueError:
+        versions = _loads(line[0])  # a JSON object, or None: the host's output is data
+        if versions is not None:
+            h.versions = versions
+        else:
             h.error = ("could not read torch/NCCL versions: "
                        + (res.stderr.strip()[-300:] or f"exit {res.rc}"))
     except TransportError as e:
@@ -443,7 +444,8 @@ def _command(
     h.nproc = nproc
     pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
     script_args = [
-        h.script, "--run-dir", h.run_dir, "--level", level, "--host", h.spec.name,
+        # --opt=value: a host named "-gpu1" stays a value, never an option.
+        h.script, "--run-dir", h.run_dir, "--level", level, f"--host={h.spec.name}",
         "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
     ]  # fmt: skip
     # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
@@ -579,8 +581,10 @@ def _loads(text: str | None) -> dict[str, Any] | None:
     if not text:
         return None
     try:
-        obj = json.loads(text)
-    except ValueError:
+        # NaN/Infinity (or 1e999) from a host are missing numbers, as in every renderer.
+        obj = json.loads(text, parse_constant=lambda _: None,
+                         parse_float=lambda s: f if math.isfinite(f := float(s)) else None)
+    except (ValueError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
 
@@ -591,12 +595,21 @@ def _result(h: _Host, world: Sequence[_Host], level: str, elapsed: float) -> Smo
         result = result or _loads(m.files.get("result.json"))
     rank_files: dict[int, dict[str, Any]] = {}
     progress: dict[int, dict[str, Any]] = {}
+    world_size = sum(m.nproc for m in world)
+    ignored: list[str] = []
     for m in world:
         for k, v in m.files.items():
             obj = _loads(v)
             if obj is None or not k.startswith("rank"):
                 continue
-            r = int(obj.get("rank", -1))
+            try:
+                r = int(obj.get("rank", -1))
+            except (TypeError, ValueError, OverflowError):
+                r = -1
+            if not 0 <= r < (world_size or 1 << 16):
+                # A rank file from a host is data: a huge rank must not size our loops.
+                ignored.append(f"{m.spec.name}:{k}")
+                continue
             (progress if k.endswith(".progress") else rank_files)[r] = obj
     tails = [f"[{m.spec.name}] {m.files.get('log', '')[-LOG_TAIL_BYTES // len(world):]}"
              for m in world if m.files.get("log")]
@@ -609,11 +622,18 @@ def _result(h: _Host, world: Sequence[_Host], level: str, elapsed: float) -> Smo
         timings["launch_s"] = round(launch.duration_s, 3)
     names = tuple(m.spec.name for m in world) if len(world) > 1 else ()
     notes = [m.leftover for m in world if m.leftover]
+    if ignored:
+        notes.append(f"ignored rank file(s) outside the world of {world_size}: "
+                     + ", ".join(ignored[:5]))
     traces = [f"{m.spec.name}: {m.files['traces']}" for m in world if m.files.get("traces")]
     if result is not None:
-        return _from_result(h, result=result, level=level, timings=timings, names=names,
-                            log_tail=log_tail, notes=notes, world=world)
-    nranks = max([sum(m.nproc for m in world), *(r + 1 for r in [*progress, *rank_files])])
+        try:
+            return _from_result(h, result=result, level=level, timings=timings, names=names,
+                                log_tail=log_tail, notes=notes, world=world)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            # result.json is the host's data: an odd one is a failed run, not a lost host.
+            notes = [*notes, f"could not read result.json: {type(exc).__name__}: {exc}"[:300]]
+    nranks = max([world_size, *(r + 1 for r in [*progress, *rank_files])])
     hung, why = _hung_ranks(progress, rank_files, nranks) if progress else ([], "")
     errors = [f"rank {r}: {f.get('error')}" for r, f in sorted(rank_files.items())
               if not f.get("ok", True)]
@@ -699,17 +719,20 @@ def _from_result(
                    data=c.get("data") or {})
         for c in result.get("checks", [])
     )  # fmt: skip
-    busbw = {int(k): float(v) for k, v in (result.get("busbw_gbps") or {}).items()}
+    busbw = {int(k): float(v) for k, v in (result.get("busbw_gbps") or {}).items()
+             if v is not None}
     if len(world) > 1:
         for c in checks:
             per_host = c.data.get("per_host_busbw_gbps", {}) if c.name == "busbw" else {}
             if h.spec.name in per_host:
-                busbw = {int(k): float(v) for k, v in per_host[h.spec.name].items()}
+                busbw = {int(k): float(v) for k, v in per_host[h.spec.name].items()
+                         if v is not None}
     mine = {r.rank: r.local_rank for r in ranks if r.host == h.spec.name}
     tflops = {mine[int(k)]: float(v) for k, v in (result.get("matmul_tflops") or {}).items()
               if v is not None and int(k) in mine}
     for k, v in (result.get("timings_s") or {}).items():
-        timings[str(k)] = round(float(v), 3)
+        if v is not None:
+            timings[str(k)] = round(float(v), 3)
     here = [r for r in result.get("ranks", []) if r.get("host") == h.spec.name]
     status: SmokeStatus = "pass" if result.get("status") == "pass" else "fail"
     error = None

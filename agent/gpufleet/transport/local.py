@@ -6,11 +6,13 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import IO, Any
 
 from gpufleet.model import CommandResult, HostSpec
-from gpufleet.transport import _remote
+from gpufleet.transport import _remote, capture
 from gpufleet.transport.base import Transport, TransportError
 
 
@@ -42,6 +44,26 @@ def _signal_session(sid: int, sig: int) -> None:
             os.kill(pid, sig)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(sid, sig)
+
+
+def _thread(target: Any, *args: Any) -> threading.Thread:
+    t = threading.Thread(target=target, args=args, daemon=True)
+    t.start()
+    return t
+
+
+def _pump(stream: IO[bytes], into: capture.Capped) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        while chunk := stream.read1(1 << 16):  # type: ignore[attr-defined]
+            into.add(chunk)
+
+
+def _feed(stream: IO[bytes], data: bytes) -> None:
+    with contextlib.suppress(OSError, ValueError):  # the command may exit without reading it
+        try:
+            stream.write(data)
+        finally:
+            stream.close()
 
 
 class LocalTransport(Transport):
@@ -84,32 +106,34 @@ class LocalTransport(Transport):
                                  duration_s=time.monotonic() - started)
         timed_out = False
         deadline = started + timeout
-        feed = stdin
+        out, err = capture.Capped(), capture.Capped()
+        # Threads, not communicate(): it would keep all output, however much the command prints.
+        pumps = [_thread(_pump, proc.stdout, out), _thread(_pump, proc.stderr, err)]
+        if stdin is not None:
+            pumps.append(_thread(_feed, proc.stdin, stdin))
         try:
-            while True:
-                remaining = deadline - time.monotonic()
+            while any(p.is_alive() for p in pumps[:2]):
                 if _remote.CANCEL.is_set():
                     raise TransportError("error", f"{self.name}: interrupted")  # killed below
-                try:
-                    # Short slices so Ctrl-C (CANCEL) is noticed; output is never lost between.
-                    out, err = proc.communicate(feed, timeout=max(0.0, min(remaining,
-                                                                         _remote.POLL_S)))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    timed_out = True
+                    self._kill_group(proc)
                     break
-                except subprocess.TimeoutExpired:
-                    feed = None
-                    if time.monotonic() >= deadline:
-                        timed_out = True
-                        self._kill_group(proc)
-                        out, err = proc.communicate()
-                        break
+                # Short slices so Ctrl-C (CANCEL) is noticed; the pumps keep reading meanwhile.
+                pumps[0].join(min(remaining, _remote.POLL_S))
+                pumps[1].join(0 if pumps[0].is_alive() else min(remaining, _remote.POLL_S))
+            proc.wait()
+            for p in pumps:
+                p.join(5.0)
         except BaseException:
             # Interrupted (Ctrl-C): never leave the group running behind us.
             self._kill_group(proc)
             raise
         return CommandResult(
             rc=None if timed_out else proc.returncode,
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
+            stdout=out.text(),
+            stderr=err.text(),
             duration_s=time.monotonic() - started,
             timed_out=timed_out,
         )

@@ -23,7 +23,7 @@ from typing import Any
 import paramiko
 
 from gpufleet.model import CommandResult, HostSpec
-from gpufleet.transport import _remote
+from gpufleet.transport import _remote, capture, known_hosts
 from gpufleet.transport.base import Transport, TransportError
 
 _DEFAULT_IDENTITIES = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk")
@@ -124,45 +124,11 @@ def _parse_jump(hop: str) -> tuple[str | None, str, int | None]:
 
 
 def _known_name(target: _Target) -> str:
-    name = target.host_key_alias or target.host
-    return name if target.port == 22 else f"[{name}]:{target.port}"
+    return known_hosts.known_name(target.host_key_alias or target.host, target.port)
 
 
-def _load_known_hosts(path: str) -> paramiko.HostKeys:
-    keys = paramiko.HostKeys()
-    with contextlib.suppress(OSError, paramiko.SSHException):
-        keys.load(path)
-    return keys
-
-
-def _fingerprint(key: paramiko.PKey) -> str:
-    return f"{key.algorithm_name} {key.fingerprint}"
-
-
-def _known_keys(target: _Target) -> list[paramiko.PKey]:
-    name = _known_name(target)
-    found: list[paramiko.PKey] = []
-    for path in (*target.known_hosts, *target.global_known_hosts):
-        if path == "/dev/null":
-            continue
-        hostkeys = _cached(path, _load_known_hosts)
-        entry = hostkeys.lookup(name) if hostkeys is not None else None
-        if entry:
-            found += entry.values()
-    return found
-
-
-def _prefer_known_types(t: paramiko.Transport, known: Sequence[paramiko.PKey]) -> None:
-    """Ask for the key type we already know, as OpenSSH orders HostKeyAlgorithms."""
-    wanted: list[str] = []
-    for key in known:
-        name = key.get_name()
-        wanted += ["rsa-sha2-512", "rsa-sha2-256"] if name == "ssh-rsa" else [name]
-    opts = t.get_security_options()
-    current = list(opts.key_types)
-    first = [k for k in dict.fromkeys(wanted) if k in current]
-    if first:
-        opts.key_types = first + [k for k in current if k not in first]
+def _known_files(target: _Target) -> tuple[str, ...]:
+    return (*target.known_hosts, *target.global_known_hosts)
 
 
 def _prefer_aead(t: paramiko.Transport) -> None:
@@ -174,51 +140,6 @@ def _prefer_aead(t: paramiko.Transport) -> None:
     current = list(opts.ciphers)
     first = [c for c in ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com") if c in current]
     opts.ciphers = first + [c for c in current if c not in first]
-
-
-def _check_host_key(t: paramiko.Transport, target: _Target, known: Sequence[paramiko.PKey],
-                    accept_new: bool) -> None:
-    key = t.get_remote_server_key()
-    if any(k.asbytes() == key.asbytes() for k in known):
-        return
-    name = _known_name(target)
-    where = f"{target.label} ({target.host}:{target.port})"
-
-    def changed(expected: Sequence[paramiko.PKey]) -> TransportError:
-        return TransportError(
-            "hostkey_mismatch",
-            f"host key for {where} changed: expected "
-            f"{', '.join(_fingerprint(k) for k in expected)}, got {_fingerprint(key)}. "
-            f"If the host was reinstalled, remove the old key (ssh-keygen -R '{name}') "
-            "and connect again; otherwise treat this as an attack.",
-        )
-
-    if known:
-        raise changed(known)
-    if not (accept_new or target.accept_unknown):
-        raise TransportError(
-            "hostkey_mismatch",
-            f"host key for {where} is not known: {_fingerprint(key)}. Verify it, then add it to "
-            f"{target.known_hosts[0]} (ssh-keyscan) or rerun with --accept-new-host-keys.",
-        )
-    path = target.known_hosts[0]
-    if path == "/dev/null":
-        return
-    with _lock:
-        # Another host with the same address may have recorded a key meanwhile.
-        now = _known_keys(target)
-        if any(k.asbytes() == key.asbytes() for k in now):
-            return
-        if now:
-            raise changed(now)
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        with open(path, "a", encoding="ascii") as f:
-            f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-        # Keep the parsed file current instead of re-reading it for every new host.
-        hit = _file_cache.get(path)
-        hostkeys = hit[1] if hit is not None else paramiko.HostKeys()
-        hostkeys.add(name, key.get_name(), key)
-        _file_cache[path] = (os.stat(path).st_mtime, hostkeys)
 
 
 # --------------------------------------------------------------------------- client keys
@@ -235,6 +156,9 @@ def _load_key(path: str) -> paramiko.PKey | str:
         return f"unreadable ({exc})"
     except (OSError, paramiko.SSHException, ValueError) as exc:
         return f"unreadable ({exc})"
+    except Exception as exc:  # e.g. a DSA key paramiko no longer supports
+        known_hosts.warn_once(f"identity file {path} skipped: {type(exc).__name__}: {exc}")
+        return f"unsupported ({type(exc).__name__}: {exc})"
     cert = path + "-cert.pub"
     if os.path.exists(cert):
         with contextlib.suppress(OSError, ValueError, paramiko.SSHException):
@@ -309,8 +233,8 @@ def _handshake(sock: Any, target: _Target, timeout: float, accept_new: bool) -> 
     try:
         t.banner_timeout = timeout
         t.handshake_timeout = timeout
-        known = _known_keys(target)
-        _prefer_known_types(t, known)
+        known = known_hosts.find(_known_files(target), _known_name(target))
+        known_hosts.prefer_types(t, known.keys)
         _prefer_aead(t)
         try:
             t.start_client(timeout=timeout)
@@ -326,7 +250,11 @@ def _handshake(sock: Any, target: _Target, timeout: float, accept_new: bool) -> 
                 f"{target.label} ({target.host}:{target.port}): SSH handshake failed: "
                 f"no SSH answer within {timeout:g} s",
             )
-        _check_host_key(t, target, known, accept_new)
+        known_hosts.check(
+            t.get_remote_server_key(), known, name=_known_name(target),
+            where=f"{target.label} ({target.host}:{target.port})",
+            files=_known_files(target), record_to=target.known_hosts[0],
+            may_record=accept_new or target.accept_unknown)
         _authenticate(t, target, timeout)
         t.set_keepalive(30)
         return t
@@ -372,9 +300,14 @@ class _Jump:
 _jumps: dict[tuple[Any, ...], _Jump] = {}
 
 
-def _jump_chain(hops: Sequence[str], strict: bool, timeout: float, accept_new: bool
+def _jump_chain(hops: Sequence[str], timeout: float, accept_new: bool
                 ) -> tuple[tuple[Any, ...], paramiko.Transport]:
-    """A shared connection through every hop; many hosts behind one bastion share it."""
+    """A shared connection through every hop; many hosts behind one bastion share it.
+
+    As with ssh(1), options from the host's ssh args (StrictHostKeyChecking=no, a
+    UserKnownHostsFile) apply to the destination only: a hop is checked by its own
+    ~/.ssh/config settings, strictly unless that file says otherwise.
+    """
     via: paramiko.Transport | None = None
     key: tuple[Any, ...] = ()
     held: tuple[Any, ...] = ()  # the hops this host counts as a user of
@@ -382,7 +315,7 @@ def _jump_chain(hops: Sequence[str], strict: bool, timeout: float, accept_new: b
         for hop in hops:
             user, host, port = _parse_jump(hop)
             target = _resolve(host, port=port, user=user, key_files=(), proxy_jump="none",
-                              known_hosts=(), strict=strict, label=f"jump host {host}")
+                              known_hosts=(), strict=True, label=f"jump host {host}")
             key += (target.user, target.host, target.port)
             with _lock:
                 slot = _jumps.setdefault(key, _Jump())
@@ -435,8 +368,7 @@ def connect_ssh(spec: HostSpec, *, connect_timeout: float = 10.0,
     try:
         if target.jumps:
             try:
-                jump_key, via = _jump_chain(target.jumps, spec.strict_host_key_checking,
-                                            connect_timeout, accept_new_host_keys)
+                jump_key, via = _jump_chain(target.jumps, connect_timeout, accept_new_host_keys)
             except TransportError as exc:
                 raise TransportError(exc.status, f"{spec.name}: via {exc.message}") from exc
         client = _handshake(_dial(target, via, connect_timeout), target, connect_timeout,
@@ -484,12 +416,13 @@ class SshTransport(Transport):
             argv, timeout, env, self._spec.become, self._spec.become_user))
         started = time.monotonic()
         deadline = started + timeout
-        out: list[bytes] = []
-        err = b""
+        out, err = capture.Capped(), capture.Capped()
+        pending = b""  # stderr until the wrapper's pgid line has arrived (bounded below)
         group: _remote.Group | None = None
+        looking = True
         chan = self._session(timeout)
         if chan is None:  # nothing started on the host: there is nothing to kill
-            return self._result(None, out, err, started, timed_out=True)
+            return self._result(None, out, err, pending, started, timed_out=True)
         # paramiko waits for the exec reply (and for window space to send stdin) without a
         # timeout: a host that stops answering would hold this thread forever.
         stuck: list[bool] = []
@@ -509,18 +442,24 @@ class SshTransport(Transport):
                 chan.shutdown_write()
             except (paramiko.SSHException, OSError, EOFError):
                 if stuck:
-                    return self._result(None, out, err, started, timed_out=True)
+                    return self._result(None, out, err, pending, started, timed_out=True)
                 raise
             finally:
                 watchdog.cancel()
             fd = chan.fileno()  # readable whenever stdout or stderr has data or EOF arrived
             while True:
                 while chan.recv_ready():
-                    out.append(chan.recv(1 << 16))
+                    out.add(chan.recv(1 << 16))
                 while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(1 << 16)
-                    if group is None:
-                        group, err = _remote.split_marker(err)
+                    data = chan.recv_stderr(1 << 16)
+                    if looking:
+                        pending += data
+                        group, pending = _remote.split_marker(pending)
+                        if group is not None or len(pending) > 1 << 16:
+                            err.add(pending)
+                            pending, looking = b"", False
+                    else:
+                        err.add(data)
                 if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if chan.closed:
@@ -528,14 +467,14 @@ class SshTransport(Transport):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     self._kill(group)
-                    return self._result(None, out, err, started, timed_out=True)
+                    return self._result(None, out, err, pending, started, timed_out=True)
                 if _remote.CANCEL.is_set():
                     raise TransportError("error", f"{self.name}: interrupted")  # killed below
                 select.select([fd], [], [], min(remaining, _remote.POLL_S))
             remaining = max(0.0, deadline - time.monotonic())
             if not chan.status_event.wait(min(remaining, 10.0) or 0.1):
                 self._kill(group)
-                return self._result(None, out, err, started, timed_out=True)
+                return self._result(None, out, err, pending, started, timed_out=True)
             rc: int | None = chan.recv_exit_status()
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise TransportError("unreachable", f"{self.name}: connection lost ({exc})") from exc
@@ -550,16 +489,16 @@ class SshTransport(Transport):
                 raise TransportError("unreachable",
                                      f"{self.name}: connection lost while the command ran")
             rc = None  # killed by a signal on the host
-        return self._result(rc, out, err, started)
+        return self._result(rc, out, err, pending, started)
 
     @staticmethod
-    def _result(rc: int | None, out: list[bytes], err: bytes, started: float,
-                timed_out: bool = False) -> CommandResult:
-        _, err = _remote.split_marker(err)
+    def _result(rc: int | None, out: capture.Capped, err: capture.Capped, pending: bytes,
+                started: float, *, timed_out: bool = False) -> CommandResult:
+        err.add(_remote.split_marker(pending)[1])
         return CommandResult(
             rc=rc,
-            stdout=b"".join(out).decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
+            stdout=out.text(),
+            stderr=err.text(),
             duration_s=time.monotonic() - started,
             timed_out=timed_out,
         )
@@ -581,6 +520,10 @@ class SshTransport(Transport):
             pass  # the host-side `timeout` backstop still ends it
 
     def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
+        if self._spec.become:
+            # The become user made (and owns) the directory: SFTP would write as the login user.
+            self._put_by_shell(data, remote_path, mode)
+            return
         try:
             if self._sftp is None:
                 # Our own channel, so that a host that stops answering times out here too.
@@ -605,6 +548,9 @@ class SshTransport(Transport):
                                  ) from exc
         except (paramiko.SSHException, EOFError):
             pass  # no sftp subsystem: fall back to cat
+        self._put_by_shell(data, remote_path, mode)
+
+    def _put_by_shell(self, data: bytes, remote_path: str, mode: int) -> None:
         result = self.run(["sh", "-c", 'cat > "$1" && chmod "$2" "$1"', "sh", remote_path,
                            f"{mode:o}"], timeout=max(60.0, len(data) / 1e6), stdin=data)
         if result.rc != 0:
