@@ -6,6 +6,7 @@ reads this as JSON (never as HTML); the template shows the summary and the findi
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping
@@ -29,9 +30,11 @@ def _curve(raw: Any) -> list[list[float]] | None:
     points: list[list[float]] = []
     for size, value in raw.items():
         try:
-            points.append([int(size), float(value)])
+            point = [int(size), float(value)]
         except (TypeError, ValueError):
             continue
+        if math.isfinite(point[1]):
+            points.append(point)
     return sorted(points) or None
 
 
@@ -108,7 +111,8 @@ def page_data(doc: Mapping[str, Any]) -> dict[str, Any]:
         smoke = h.get("smoke") or {}
         busbw = _curve(smoke.get("busbw_gbps")) or []
         tflops_map = smoke.get("matmul_tflops") or {}
-        tflops = [float(tflops_map[k]) for k in sorted(tflops_map, key=int)]
+        # a missing (or non-finite, already turned into None) figure is left out, not plotted
+        tflops = [float(v) for _, v in sorted(_curve(tflops_map) or [])]
         cohort = cohort_of(h)
         if cohort is not None:
             if busbw:
