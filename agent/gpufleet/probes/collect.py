@@ -8,6 +8,7 @@ import functools
 from collections.abc import Callable
 from importlib import resources
 
+from gpufleet import ncclconf
 from gpufleet.model import DriverInfo, FabricInfo, Facts, HostSpec, ImageInfo
 from gpufleet.probes.containers import (
     docker_failure,
@@ -242,6 +243,8 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
         xid_events=xids,
         gpu_processes=processes,
         errors=errors,
+        nccl_config=ncclconf.parse(ok("nccl_conf") or "") if ok("nccl_conf") is not None
+        else None,
     )
 
 
