@@ -31,12 +31,15 @@ from typing import Any
 SCHEMA = "gpufleet.smoke-launcher/v1"
 POLL_S = 0.1
 # Seconds before each verdict, per level. "stopped": a rank in T state (SIGSTOP, a debugger).
-# "beat": no heartbeat (the rank's process froze: D state, a stopped host, a GIL held in C).
-# "stall": no rank changed its progress while some wait inside a collective for others.
-# The import phase gets IMPORT_FACTOR x stall: torch's import is slow on loaded hosts.
+# "stall": no rank changed its progress while some are further than others (they wait for the
+# ones behind: on GPUs a collective returns at once and the wait is in the next sync, so "inside
+# a collective" is not required). "beat": no heartbeat, or D state, for that long (the process
+# froze); longer than "stall", because a rank blocked in a CUDA sync may hold the GIL and must
+# not be mistaken for the rank it waits for. The import phase gets IMPORT_FACTOR x stall:
+# torch's import is slow on loaded hosts.
 LIMITS: dict[str, dict[str, float]] = {
-    "quick": {"stopped": 3.0, "beat": 10.0, "stall": 15.0},
-    "full": {"stopped": 3.0, "beat": 20.0, "stall": 45.0},
+    "quick": {"stopped": 3.0, "stall": 15.0, "beat": 25.0},
+    "full": {"stopped": 3.0, "stall": 45.0, "beat": 60.0},
 }
 IMPORT_FACTOR = 4.0
 XID_RE = re.compile(r"NVRM: Xid")
@@ -155,11 +158,17 @@ class Watchdog:
         """pids: rank -> pid of the ranks still running (from Popen or the progress files)."""
         now = time.time()
         prog = self.progress()
+        states = {rank: proc_state(pid) for rank, pid in pids.items()}
         for rank, pid in sorted(pids.items()):
-            state = proc_state(pid)
+            state = states[rank]
             if self._held(rank, "stopped", state in ("T", "t"), now) >= self.limits["stopped"]:
                 return self._verdict("stopped", [rank], prog, "rank %d (pid %d) is stopped "
                                      "(state %s: SIGSTOP or a debugger)" % (rank, pid, state))
+        stalled = self._stall(prog, now)
+        if stalled is not None:
+            return stalled
+        for rank, pid in sorted(pids.items()):
+            state = states[rank]
             if self._held(rank, "dstate", state == "D", now) >= self.limits["beat"]:
                 return self._verdict("uninterruptible", [rank], prog, "rank %d (pid %d) sat "
                                      "in uninterruptible sleep (D state) for %.0f s"
@@ -171,6 +180,9 @@ class Watchdog:
             ) and now - beat >= self.limits["beat"]:
                 return self._verdict("frozen", [rank], prog, "rank %d (pid %d) stopped its "
                                      "heartbeat %.0f s ago" % (rank, pid, now - beat))
+        return None
+
+    def _stall(self, prog: dict[int, dict[str, Any]], now: float) -> dict[str, Any] | None:
         sig = tuple(sorted((r, p.get("phase"), p.get("seq"), p.get("state"))
                            for r, p in prog.items()))
         if sig != self.last_sig:
@@ -179,22 +191,22 @@ class Watchdog:
         live = {r: p for r, p in prog.items() if p.get("state") not in ("done", "deadline")}
         if not live or (self.nproc and len(prog) < self.nproc and now - self.t0 < 60):
             return None
-        pos = {r: position(p) for r, p in live.items()}
+        pos = {r: position(p) for r, p in prog.items()}
+        pos = {r: (v if r in live else 1 << 30) for r, v in pos.items()}
         low, high = min(pos.values()), max(pos.values())
         behind = sorted(r for r, v in pos.items() if v == low)
-        waiting_inside = any(v > low and v % 2 == 1 for v in pos.values())
         importing = any(live[r].get("phase") in ("start", "import") for r in behind)
         limit = self.limits["stall"] * (IMPORT_FACTOR if importing else 1.0)
         stalled = now - self.last_change
         if stalled < limit:
             return None
-        if waiting_inside:
+        if low < high:
             return self._verdict("hung", behind, prog, "rank(s) %s made no progress for %.0f s "
-                                 "while rank(s) %s waited for them in a collective"
+                                 "while rank(s) %s waited for them"
                                  % (", ".join(map(str, behind)), stalled,
                                     ", ".join(str(r) for r, v in sorted(pos.items())
                                               if v > low)))
-        if low == high and low % 2 == 1:
+        if low % 2 == 1:
             return self._verdict("hung", behind, prog, "all ranks sat inside collective #%d "
                                  "for %.0f s" % (low // 2, stalled))
         return None
