@@ -119,9 +119,9 @@ def main() -> int:
 
     say(f"# {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} smoke_faults.py "
         f"{' '.join(args.scenarios)}")
-    say(subprocess.run("nvidia-smi -L; nvidia-smi topo -m; nvidia-smi nvlink -s | head -4; "
-                       "cat /etc/nccl.conf", shell=True, capture_output=True,  # noqa: S602
-                       text=True, check=False).stdout)
+    say(subprocess.run(["sh", "-c", "nvidia-smi -L; nvidia-smi topo -m; "
+                        "nvidia-smi nvlink -s | head -4; cat /etc/nccl.conf"],
+                       capture_output=True, text=True, check=False).stdout)
     say("env: " + " ".join(f"{k}={v}" for k, v in sorted(os.environ.items())
                            if k.startswith(("NCCL_", "TORCH_", "NVSHMEM_"))))
     spec = HostSpec(name=os.uname().nodename, address="localhost", connection="local",
