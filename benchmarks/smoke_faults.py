@@ -170,7 +170,8 @@ def main() -> int:
                 r1 = res.causes.get("ranks", {}).get("1", {})
                 doc["rank1_exit_to_watchdog_s"] = round(
                     float(wd.get("after_s", 0)) - float(r1.get("t_exit", 0)), 3)
-        (out / f"{args.prefix}-smoke-faults-{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+        path = out / f"{args.prefix}-smoke-faults-{name}.json"
+        path.write_text(json.dumps(doc, indent=1) + "\n")
         say(f"\n## {name}: status={res.status} wall={end - t:.2f}s hung={list(res.hung_ranks)}")
         for c in res.checks:
             say(f"  {'PASS' if c.passed else 'FAIL'} {c.name}: {c.detail[:600]}")
