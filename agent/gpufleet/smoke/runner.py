@@ -151,8 +151,12 @@ def run_multinode(
         address = first.spec.expect.smoke_address or first.spec.address
         port = 20000 + secrets.randbelow(20000)
         rdzv = {"endpoint": f"{address}:{port}", "id": run_id, "nnodes": len(hosts)}
+        world = expect.expect_world([(_expectation(h, nproc), _links(h)) for h in hosts])
+        for h in hosts:  # every host judges the world's sweep against the world's expectation
+            h.expectation = world
+        ref = dict(world.busbw_gbps) if world is not None else None
         argvs = {
-            h.spec.name: _command(h, level=level, opts=opts, nproc=nproc, ref=None,
+            h.spec.name: _command(h, level=level, opts=opts, nproc=nproc, ref=ref,
                                   timeout=timeout, rendezvous={**rdzv, "is_host": h is first})
             for h in hosts
         }  # fmt: skip
