@@ -367,6 +367,8 @@ def _upload(h: _Host) -> None:
         return
     h.script = f"{h.run_dir}/smoke_ddp.py"
     h.transport.put(SCRIPT.read_bytes(), h.script, 0o644)
+    # The launcher and its watchdog sit beside the script (smoke_ddp.py --spawn loads it).
+    h.transport.put(LAUNCHER.read_bytes(), f"{h.run_dir}/smoke_launch.py", 0o644)
 
 
 def _prepare_member(h: _Host) -> None:

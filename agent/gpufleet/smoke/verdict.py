@@ -26,7 +26,7 @@ _TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)", re.MULTILINE)
 _TORCHRUN_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)", re.MULTILINE)
 _SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV",
             15: "SIGTERM"}
-_WAITING = ("stopped", "frozen", "uninterruptible", "hung")
+_TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
 
 
 def loads(text: str | None) -> dict[str, Any] | None:
@@ -203,16 +203,26 @@ def failure(
     controller = any(m.launch is not None and m.launch.timed_out for m in world)
     host_deadline = [n for n, d in causes["deadline"].items() if d["fired"]]
     watchdog = causes["watchdog"][0] if causes["watchdog"] else None
+    # A rank whose collective timed out waited for others: that deadline really fired too.
+    pg = sorted(int(r) for r, info in causes["ranks"].items()
+                if _TIMED_OUT.search(str(info.get("error", ""))))
     parts: list[str] = []
     hung: list[int] = []
     status: SmokeStatus = "error"
-    if host_deadline or controller:
+    if host_deadline or controller or (pg and (watchdog is None
+                                               or watchdog.get("kind") == "exited")):
         status = "timeout"
-        which = (f"the host-side deadline fired on {', '.join(host_deadline)} ("
-                 + ", ".join(f"{causes['deadline'][n]['elapsed_s']} s of "
-                             f"{causes['deadline'][n]['limit_s']} s" for n in host_deadline)
-                 + ")") if host_deadline else "the controller's timeout fired"
-        parts.append(f"the run exceeded its timeout and was killed: {which}")
+        if host_deadline or controller:
+            which = (f"the host-side deadline fired on {', '.join(host_deadline)} ("
+                     + ", ".join(f"{causes['deadline'][n]['elapsed_s']} s of "
+                                 f"{causes['deadline'][n]['limit_s']} s" for n in host_deadline)
+                     + ")") if host_deadline else "the controller's timeout fired"
+            parts.append(f"the run exceeded its timeout and was killed: {which}")
+        else:
+            first = causes["ranks"][str(pg[0])]
+            parts.append(f"the process-group timeout fired on rank(s) "
+                         f"{', '.join(map(str, pg))}: {str(first.get('error'))[:300]}")
+            causes["deadline"]["process_group"] = {"ranks": pg, "fired": True}
         hung, why = hung_ranks(progress, rank_files, nranks) if progress else ([], "")
         if why:
             parts.append(why)
