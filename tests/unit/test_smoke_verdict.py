@@ -69,3 +69,12 @@ def test_torchrun_failure_summary_gives_the_signal() -> None:
     res = verdict.result(h, [h], "quick", 6.0)
     assert res.causes["ranks"]["1"]["signal"] == "SIGKILL"
     assert res.error is not None and "rank 1 (gpu01, pid 101) was killed by SIGKILL" in res.error
+
+
+def test_the_ranks_own_deadline_is_a_fired_deadline() -> None:
+    prog = {k: {**v, "state": "deadline"} for k, v in PROGRESS.items()}
+    h = _host({**prog, "exit": "rc=124 start=1000 end=1100 limit=310"}, rc=124)
+    res = verdict.result(h, [h], "quick", 100.0)
+    assert res.status == "timeout"
+    assert res.causes["deadline"]["ranks"] == {"ranks": [0, 1], "fired": True}
+    assert res.causes["deadline"]["gpu01"]["fired"] is False  # the wrapper's limit was not hit

@@ -206,6 +206,11 @@ def failure(
     # A rank whose collective timed out waited for others: that deadline really fired too.
     pg = sorted(int(r) for r, info in causes["ranks"].items()
                 if _TIMED_OUT.search(str(info.get("error", ""))))
+    own = sorted(int(r) for r, info in causes["ranks"].items()
+                 if (info.get("last") or {}).get("state") == "deadline")
+    if own:  # the ranks' own last-resort deadline (--deadline-in) fired
+        host_deadline = host_deadline or [f"rank(s) {', '.join(map(str, own))} (their own)"]
+        causes["deadline"]["ranks"] = {"ranks": own, "fired": True}
     parts: list[str] = []
     hung: list[int] = []
     status: SmokeStatus = "error"
@@ -213,10 +218,11 @@ def failure(
                                                or watchdog.get("kind") == "exited")):
         status = "timeout"
         if host_deadline or controller:
-            which = (f"the host-side deadline fired on {', '.join(host_deadline)} ("
-                     + ", ".join(f"{causes['deadline'][n]['elapsed_s']} s of "
-                                 f"{causes['deadline'][n]['limit_s']} s" for n in host_deadline)
-                     + ")") if host_deadline else "the controller's timeout fired"
+            which = (f"the host-side deadline fired on {', '.join(host_deadline)}"
+                     + "".join(f" ({causes['deadline'][n]['elapsed_s']} s of "
+                               f"{causes['deadline'][n]['limit_s']} s)" for n in host_deadline
+                               if n in causes["deadline"])) if host_deadline else \
+                "the controller's timeout fired"
             parts.append(f"the run exceeded its timeout and was killed: {which}")
         else:
             first = causes["ranks"][str(pg[0])]
