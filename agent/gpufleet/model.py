@@ -191,6 +191,30 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class NcclSetting:
+    """One NCCL_* setting and where it comes from (a file path, "environment" or "image")."""
+
+    name: str
+    value: str
+    source: str
+
+
+@dataclass(frozen=True)
+class NcclConfig:
+    """NCCL's configuration as a process started over SSH would see it (gpufleet.ncclconf).
+
+    `settings` holds every setting found, `effective` the one that wins per name (environment,
+    then NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf). `image_env` is for the pinned
+    image's Env (filled where the image is inspected); None = not read.
+    """
+
+    settings: tuple[NcclSetting, ...] = ()
+    effective: tuple[NcclSetting, ...] = ()
+    files: Mapping[str, str] = field(default_factory=dict)  # path -> "read" | "absent" | error
+    image_env: tuple[NcclSetting, ...] | None = None
+
+
+@dataclass(frozen=True)
 class Facts:
     schema: str = FACTS_SCHEMA
     collected_at: str | None = None  # ISO 8601 UTC on the controller
@@ -210,6 +234,7 @@ class Facts:
     # family -> reason, e.g. {"nvidia_smi": "nvidia-smi: not found"}; "hung" reasons say so
     errors: Mapping[str, str] = field(default_factory=dict)
     probe_duration_s: float | None = None
+    nccl_config: NcclConfig | None = None  # NCCL settings in files and the ssh environment
 
     @property
     def gpu_count(self) -> int:
@@ -258,6 +283,9 @@ class SmokeResult:
     error: str | None = None
     hosts: tuple[str, ...] = ()  # multinode: the hosts of the world
     log_tail: str | None = None
+    # Why it failed, per rank (exit code or signal, OOM hint, last phase and collective,
+    # errors), the launcher watchdog's verdict, new kernel XID lines, deadlines (smoke/verdict.py)
+    causes: Mapping[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- results

@@ -34,8 +34,24 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-# GPUFLEET_FLEET_PROFILES points the fleet at another profiles tree (e.g. while writing a profile).
-PROFILES_DIR = Path(os.environ.get("GPUFLEET_FLEET_PROFILES", REPO / "tests/fleet/profiles"))
+
+
+def built_profiles() -> Path:
+    """The profiles tree built from tests/fleet/profiles/overlays (cached by content)."""
+    import importlib.util  # noqa: PLC0415
+
+    path = REPO / "tests/fleet/profiles/build_profiles.py"
+    spec = importlib.util.spec_from_file_location("gpufleet_build_profiles", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return Path(mod.ensure_built())
+
+
+# GPUFLEET_FLEET_PROFILES points the fleet at another profiles tree (e.g. while writing a profile);
+# by default the overlays are built at fleet start (tests/fleet/profiles/README.md).
+PROFILES_DIR = Path(os.environ.get("GPUFLEET_FLEET_PROFILES") or built_profiles())
 SSHD = "/usr/sbin/sshd"
 # First directory on root's PATH in a Debian sshd session (the compiled-in superuser PATH, once
 # root's ~/.bashrc is masked, see _namespace_script); a profile's bin/ is mounted here.
@@ -206,6 +222,9 @@ class Fleet:
             steps.append("mount -t tmpfs -o mode=0755 gpufleet-proc-driver /proc/driver")
             if (prof / "proc_driver_nvidia").is_dir():
                 steps.append(f"cp -R {q(str(prof / 'proc_driver_nvidia'))} /proc/driver/nvidia")
+            if (prof / "etc").is_dir():  # the profile's files over the host's /etc, read-only
+                steps.append(f"mount -t overlay gpufleet-etc -o lowerdir={q(str(prof / 'etc'))}"
+                             ":/etc /etc")
         steps.append(f"exec {SSHD} -D -e -f {q(str(h.config))}")
         return "\n".join(steps)
 
@@ -469,6 +488,10 @@ def _populate(
         authorized = keys / f"{h.name}.authorized_keys"
         authorized.write_text(stranger_pub if h.fault == "noauth" else client_pub)
         h.config.write_text(_sshd_config(h, keys / h.name, authorized))
+        setenv = fleet.profiles_dir / str(h.profile) / "sshd_setenv"
+        if h.profile is not None and setenv.is_file():  # the session environment it sets
+            with h.config.open("a") as f:  # one SetEnv line: sshd keeps the first directive
+                f.write("SetEnv " + " ".join(setenv.read_text().split()) + "\n")
         served = h.host_key_pub
         if h.fault == "badkey":  # the client expects another key than the one this host serves
             served = " ".join(stranger_pub.split()[:2])

@@ -22,7 +22,15 @@ from test_rules_builders import NOW, fleet, gpu
 from gpufleet import cli
 from gpufleet import fleet as fleet_mod
 from gpufleet.inventory import load_inventory
-from gpufleet.model import DriverInfo, Expectations, Facts, HostResult, HostSpec, SmokeResult
+from gpufleet.model import (
+    CommandResult,
+    DriverInfo,
+    Expectations,
+    Facts,
+    HostResult,
+    HostSpec,
+    SmokeResult,
+)
 from gpufleet.probes.gpus import parse_query_gpu_csv
 from gpufleet.probes.topology import parse_nvlink_status
 from gpufleet.report import Format, document, redact, render, render_doc
@@ -264,6 +272,8 @@ def test_16_huge_rank_in_a_progress_file_is_ignored_with_a_note() -> None:
         "rank1.progress": json.dumps({"rank": 1, "state": "before", "seq": 2, "phase": "ddp"}),
         "rank9.progress": json.dumps({"rank": 10**12, "state": "before", "seq": 0}),
     }
+    # the controller's timeout fired: the verdict then says which rank held the others up
+    h.launch = CommandResult(rc=None, stdout="", stderr="", duration_s=30.0, timed_out=True)
     done = threading.Event()
     got: list[SmokeResult] = []
 

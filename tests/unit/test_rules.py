@@ -139,6 +139,41 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
 }
 
 
+
+def _nccl(text: str) -> dict[str, object]:
+    """Facts with the NCCL configuration the probe's nccl section would print."""
+    from gpufleet.ncclconf import parse  # noqa: PLC0415
+
+    return {"facts": {"nccl_config": parse(text)}}
+
+
+def _slow_link() -> dict[str, object]:
+    links = tuple(NvLink(k, True, 13.281 if k == 5 else 26.562) for k in range(18))
+    return {"facts": {"nvlink": (GpuNvLinks(0, tuple(NvLink(k, True, 26.562)
+                                                      for k in range(18))),
+                                 GpuNvLinks(1, links))}}
+
+
+_BUSBW_LOW = SmokeCheck("busbw", False, "bus bandwidth too low", {
+    "basis": "expectation", "largest": {"bytes": 64 << 20, "measured_gbps": 26.8,
+                                        "expected_gbps": 267.8, "ratio": 0.1},
+    "expectation": {"basis": "nvlink", "raw_gbps": 478.1}})
+CASES.update({
+    "GF413": (lambda: fleet({"gpu02": _slow_link()}), "gpu02"),
+    "GF504": (lambda: fleet({"gpu02": {"smoke": {"status": "fail", "checks": (_BUSBW_LOW,)}}}),
+              "gpu02"),
+    "GF701": (lambda: fleet({"gpu02": _nccl("@@file /etc/nccl.conf\nNCCL_P2P_DISABLE=1\n"
+                                            "@@home /root\n@@env\n")}), "gpu02"),
+    "GF702": (lambda: fleet({"gpu02": _nccl("@@home /root\n@@env\nNCCL_IB_DISABLE=1\n")}),
+              "gpu02"),
+    "GF703": (lambda: fleet({"gpu02": _nccl("@@file /root/.nccl.conf\nNCCL_ALGO=Ring\n"
+                                            "@@home /root\n@@env\n")}), "gpu02"),
+    "GF704": (lambda: fleet({"gpu02": _nccl("@@absent /etc/nccl.conf\n@@absent /x.conf\n"
+                                            "@@home /root\n@@env\nNCCL_CONF_FILE=/x.conf\n")}),
+              "gpu02"),
+})
+
+
 def test_every_rule_has_a_firing_case() -> None:
     # History rules fire against saved runs: tests/unit/test_history.py.
     assert set(CASES) == set(RULES) - set(HISTORY_RULES)

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +34,19 @@ from gpufleet.report import Format, render
 from gpufleet.rules import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
-PROFILES = REPO / "tests" / "fleet" / "profiles"
+def _built() -> Path:
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location(
+        "gpufleet_build_profiles", REPO / "tests/fleet/profiles/build_profiles.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return Path(mod.ensure_built())
+
+
+PROFILES = _built()  # built from tests/fleet/profiles/overlays
 CAPTURE = REPO / "tests" / "fixtures" / "h200x2-2026-11-30"
 IMAGE = "registry.example/nvidia/pytorch:25.10-py3"
 # The desired state the healthy profiles match (tests/fleet/profiles/README.md).

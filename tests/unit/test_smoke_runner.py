@@ -33,8 +33,20 @@ def _host(name: str = "gpu01", address: str = "10.0.0.1", **expect: object) -> r
     return h
 
 
+# Run ids of this test process: other users of the machine may run smoke tests at the same time,
+# so only processes carrying one of our runs' markers count as ours.
+RUN_PREFIX = f"gfsmoke-t{os.getpid()}-"
+
+
+@pytest.fixture(autouse=True)
+def _own_run_ids(monkeypatch: pytest.MonkeyPatch) -> None:
+    import secrets  # noqa: PLC0415
+
+    monkeypatch.setattr(runner, "_new_run_id", lambda: RUN_PREFIX + secrets.token_hex(4))
+
+
 def _live_smoke_pids() -> list[int]:
-    """Processes of any smoke run on this machine (the runner marks every one)."""
+    """Processes of this test process's smoke runs (the runner marks every one)."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -43,7 +55,7 @@ def _live_smoke_pids() -> list[int]:
             env = (d / "environ").read_bytes()
         except OSError:
             continue
-        if any(e.startswith(MARKER.encode() + b"=") for e in env.split(b"\0")):
+        if any(e.startswith(f"{MARKER}={RUN_PREFIX}".encode()) for e in env.split(b"\0")):
             pids.append(int(d.name))
     return pids
 
@@ -64,14 +76,21 @@ def test_mixed_links_give_no_reference_key() -> None:
     assert runner._uniform_link(links) is None
 
 
-def test_reference_only_for_the_measured_configuration() -> None:
+def test_reference_is_the_measured_table_on_the_measured_configuration(
+        fixtures_dir: Path) -> None:
+    """Preflight text of the real 2xH200 host (no facts): the expectation is the measured
+    nccl-tests table itself; one rank measures nothing; without the links there is none."""
+    cap = fixtures_dir / "h200x2-2026-11-30"
     h = _host()
-    h.gpu_names, h.gpu_count, h.link = ("NVIDIA H200", "NVIDIA H200"), 2, "NV18"
+    h.gpu_names, h.gpu_count = ("NVIDIA H200", "NVIDIA H200"), 2
+    h.raw = {"topo": (cap / "topo-m.txt").read_text(), "nvlink": (cap / "nvlink-s.txt").read_text(),
+             "pcie": "0,NVIDIA H200,5,16\n1,NVIDIA H200,5,16"}
     ref = runner._reference(h, 2)
-    assert ref is not None and ref[4096 * MIB] == 343.7
-    assert runner._reference(h, 1) is None  # fewer ranks than GPUs: not the measured world
-    h.link = "SYS"
-    assert runner._reference(h, 2) is None
+    assert ref is not None and ref[4096 * MIB] == 343.7 and ref[256 * MIB] == 298.3
+    assert h.expectation is not None and h.expectation.basis == "nvlink"
+    assert runner._reference(h, 1) is None  # one rank: no bandwidth to expect
+    h.raw = {}
+    assert runner._reference(h, 2) is None  # neither NVLink nor PCIe facts: nothing to go on
 
 
 def test_hung_rank_is_the_one_behind_the_waiters() -> None:
@@ -117,6 +136,7 @@ def test_host_command_spawns_ranks_in_its_own_session_with_the_marker() -> None:
     assert argv[:3] == ["setsid", "-w", "sh"]
     i = argv.index("timeout")
     assert argv[i:i + 4] == ["timeout", "-k", "45", "110"]
+    assert argv[i - 1] == "110"  # the wrapper records the deadline it set (verdict.py)
     assert f"{MARKER}=gfsmoke-test" in argv
     j = argv.index("/opt/venv/bin/python")
     assert argv[j + 2:j + 4] == ["--spawn", "2"]
@@ -130,7 +150,13 @@ def test_host_command_can_still_use_torchrun() -> None:
     argv = runner._command(h, level="quick", opts=SmokeOptions(launcher="torchrun"), nproc=2,
                            ref=None, timeout=100, rendezvous=None)
     j = argv.index("/opt/venv/bin/python")
-    assert argv[j:j + 3] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"]
+    # torchrun runs under the launcher's watchdog (smoke_launch.py --watch -- torchrun ...)
+    assert argv[j + 1] == "/tmp/gpufleet-smoke.abc/smoke_launch.py"
+    k = argv.index("--")
+    assert argv[j + 1:k] == ["/tmp/gpufleet-smoke.abc/smoke_launch.py", "--run-dir",
+                             "/tmp/gpufleet-smoke.abc", "--level", "quick", "--nproc", "2",
+                             "--watch"]
+    assert argv[k + 1:k + 4] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"]
     assert "--standalone" in argv and "--nproc_per_node=2" in argv and "--spawn" not in argv
 
 
@@ -148,7 +174,10 @@ def test_docker_command_pins_the_image_digest() -> None:
         assert docker[k:k + 2] == flag
     assert "--ipc=host" in docker and "--network=host" in docker and "--rm" in docker
     image = "registry.example/nvidia/pytorch:25.10-py3@sha256:" + "a" * 64
-    assert docker[docker.index(image) + 1] == "torchrun"
+    k = docker.index("--")
+    assert docker[docker.index(image) + 1:docker.index(image) + 3] == [
+        "python", "/tmp/gpufleet-smoke.abc/smoke_launch.py"]
+    assert docker[k + 1] == "torchrun"
     assert docker[docker.index("--name") + 1] == "gfsmoke-test-gpu01"
 
 
@@ -215,11 +244,10 @@ def test_busy_host_is_skipped_unless_forced(tmp_path: Path) -> None:
     spec = HostSpec(name="local", address="localhost", connection="local")
     facts = Facts(gpus=(Gpu(index=0, name="NVIDIA H200"),),
                   gpu_processes=(GpuProcess(pid=4242, name="python3"),))
-    before = set(Path("/tmp").glob("gpufleet-smoke.*"))
     res = run_smoke(spec, LocalTransport(spec), facts)
     assert res.status == "busy"
     assert res.error is not None and "pid 4242 python3" in res.error and "--force" in res.error
-    assert set(Path("/tmp").glob("gpufleet-smoke.*")) == before  # the run dir went too
+    assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []  # the run dir went too
 
 
 def _fake_python(path: Path, nccl: str) -> str:
@@ -263,13 +291,17 @@ def test_runner_timeout_kills_a_hung_run_and_names_the_rank() -> None:
 
     spec = HostSpec(name="local", address="localhost", connection="local",
                     expect=Expectations(smoke_python=sys.executable))
-    opts = SmokeOptions(test_hang_rank=1, pg_timeout=600)
+    # The launcher's stall watchdog is pushed past the deadline: this is the deadline's test.
+    opts = SmokeOptions(test_hang_rank=1, pg_timeout=600,
+                        env={"GPUFLEET_SMOKE_WATCHDOG_STALL": "600"})
     t = time.monotonic()
     res = run_smoke(spec, LocalTransport(spec), Facts(), timeout=30, options=opts)
     took = time.monotonic() - t
     assert res.status == "timeout", res.error
     assert res.hung_ranks == (1,)
     assert res.error is not None and "exceeded its timeout" in res.error
+    assert "host-side deadline fired on local" in res.error
+    assert res.causes["deadline"]["local"]["fired"] is True
     assert "rank(s) 1 hung" in res.error
     assert took < 30 + 30, took  # the deadline plus the cleanup's bounded kill loop
     assert _live_smoke_pids() == [], "processes of the smoke run survived the kill"
@@ -286,7 +318,6 @@ def test_ctrl_c_during_a_run_leaves_nothing_behind() -> None:
 
     spec = HostSpec(name="local", address="localhost", connection="local",
                     expect=Expectations(smoke_python=sys.executable))
-    before = set(Path("/tmp").glob("gpufleet-smoke.*"))
     opts = SmokeOptions(test_hang_rank=1, pg_timeout=600)
 
     def interrupt_once_started() -> None:
@@ -300,4 +331,4 @@ def test_ctrl_c_during_a_run_leaves_nothing_behind() -> None:
     with pytest.raises(KeyboardInterrupt):
         run_smoke(spec, LocalTransport(spec), Facts(), timeout=120, options=opts)
     assert _live_smoke_pids() == [], "processes of the smoke run survived Ctrl-C"
-    assert set(Path("/tmp").glob("gpufleet-smoke.*")) == before
+    assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any, TypeVar
 
+from gpufleet import ncclconf
 from gpufleet.model import DriverInfo, FabricInfo, Facts, Gpu, HostSpec, ImageInfo, OsInfo, Topology
 from gpufleet.probes.containers import (
     docker_failure,
@@ -256,6 +257,8 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
         xid_events=xids,
         gpu_processes=processes,
         errors=errors,
+        nccl_config=ncclconf.parse(ok("nccl_conf") or "") if ok("nccl_conf") is not None
+        else None,
     )
 
 

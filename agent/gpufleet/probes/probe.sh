@@ -191,4 +191,21 @@ if [ -n "$image" ]; then
     emit image "$rc"
 fi
 
+# NCCL's configuration as a process started over this ssh session sees it (gpufleet/ncclconf.py
+# holds the same lines and the parser; a unit test keeps the two in step).
+{
+    nccl_lines() {
+      while IFS= read -r line; do case $line in NCCL_*=*) printf '%s\n' "$line" ;; esac; done
+    }
+    for f in /etc/nccl.conf "${HOME:-/nonexistent}/.nccl.conf" ${NCCL_CONF_FILE:+"$NCCL_CONF_FILE"}; do
+      if [ -r "$f" ] && [ -f "$f" ]; then echo "@@file $f"; head -c 65536 "$f" | nccl_lines
+      elif [ -e "$f" ]; then echo "@@unreadable $f"; else echo "@@absent $f"; fi
+    done
+    echo "@@home ${HOME:-}"
+    echo "@@env"
+    env | nccl_lines
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit nccl_conf 0
+
 printf '==gpufleet== end rc=0\n'

@@ -34,6 +34,7 @@ FAMILIES: Mapping[str, str] = {
     "GF4xx": "hardware",
     "GF5xx": "performance",
     "GF6xx": "smoke",
+    "GF7xx": "configuration",
 }
 
 _SITE = "ansible-playbook playbooks/site.yml"
@@ -161,6 +162,9 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF412", "error", "NVSwitch fabric not completed",
              "`systemctl restart nvidia-fabricmanager` on {host} (its version must equal the "
              "driver's); check `nvidia-smi -q | grep -A2 Fabric`"),
+    RuleInfo("GF413", "warning", "NVLink below its SKU's normal speed (downtrained)",
+             "`nvidia-smi nvlink -s -i {gpu}` on {host}; reset the GPU "
+             "(`nvidia-smi -r -i {gpu}`) and reseat or RMA the baseboard if the speed stays low"),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "
@@ -172,6 +176,8 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF503", "warning", "matmul TFLOP/s outlier against the fleet",
              "check clocks, power limit and throttling of GPU {gpu} on {host}: "
              "`nvidia-smi -q -d PERFORMANCE,CLOCK,POWER -i {gpu}`"),
+    RuleInfo("GF504", "error", "bus bandwidth below the expectation from the host's own links",
+             "{hint}; rerun `gpufleet check --level full -l {host}`"),
     # GF520-GF529: against the host's own history (gpufleet/history), with --save DIR.
     RuleInfo("GF520", "warning", "bus bandwidth drifted below the host's own baseline",
              "{host} lost {drop} of its busbw since its good run of {since}: see what changed with "
@@ -190,6 +196,18 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF603", "error", "smoke test timed out or ranks hung",
              "rerun with NCCL_DEBUG=INFO; check the firewall between hosts and "
              "gpufleet_smoke_interface (NCCL_SOCKET_IFNAME) for {host}"),
+)
+
+_RULES += (
+    # ---------------------------------------------------------------- GF7xx configuration
+    RuleInfo("GF701", "warning", "NCCL setting turns off a GPU transport (P2P, SHM)",
+             "{fix} on {host}, then rerun `gpufleet check --level quick -l {host}`"),
+    RuleInfo("GF702", "warning", "NCCL setting limits the network between hosts",
+             "{fix} on {host} (keep it only if the hosts have no InfiniBand/RoCE or GPUDirect)"),
+    RuleInfo("GF703", "warning", "NCCL debugging or tuning override caps bandwidth",
+             "{fix} on {host}: NCCL's docs keep these for debugging, not production"),
+    RuleInfo("GF704", "warning", "NCCL_CONF_FILE names a file that cannot be read",
+             "create the file or unset NCCL_CONF_FILE for the ssh user on {host}"),
 )
 
 RULES: Mapping[str, RuleInfo] = {r.id: r for r in _RULES}

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
+from gpufleet.expect import sku_of
 from gpufleet.model import Facts, Finding, Gpu, HostResult, XidEvent
 from gpufleet.rules import data
 from gpufleet.rules.base import Ctx, finding
@@ -121,6 +122,10 @@ def check(ctx: Ctx) -> Iterator[Finding]:
         yield from _xids(ctx, name, f)
         for links in f.nvlink:
             down = [lk.link for lk in links.links if not lk.active]
+            gpu = next((g for g in f.gpus if g.index == links.gpu_index), None)
+            sku = sku_of(gpu.name if gpu else None)
+            if sku is not None and sku.links and len(links.links) - len(down) >= sku.links:
+                continue  # built with fewer links (H100 PCIe: 12 of 18, azurehpc#162)
             if down:
                 yield finding("GF408", [name],
                               f"{name} GPU {links.gpu_index}: NVLink(s) {down} inactive of "

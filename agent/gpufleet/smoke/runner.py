@@ -10,99 +10,46 @@ that nothing of the run remains, prints the files the ranks wrote, and removes t
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 import os
 import re
 import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.model import (
-    CommandResult,
-    Facts,
-    HostSpec,
-    RankInfo,
-    SmokeCheck,
-    SmokeResult,
-    SmokeStatus,
+from gpufleet import expect, ncclconf
+from gpufleet.model import Facts, HostSpec, SmokeResult
+from gpufleet.probes.topology import parse_nvlink_status
+from gpufleet.smoke.command import (
+    REFERENCE_FRACTION,
+    build_command,
+    container_name,
+    python_argv,
+    torch_at_least,
 )
+from gpufleet.smoke.hostrun import CPU_RANKS, LOG_TAIL_BYTES, MARKER, HostRun, SmokeOptions
+from gpufleet.smoke.verdict import hung_ranks, loads, result
 from gpufleet.transport.base import Transport, TransportError
 
+__all__ = ["CPU_RANKS", "LOG_TAIL_BYTES", "MARKER", "REFERENCE_BUSBW", "REFERENCE_FRACTION",
+           "SmokeOptions", "run_multinode", "run_smoke"]
+
 SCRIPT = Path(__file__).with_name("smoke_ddp.py")
-MARKER = "GPUFLEET_SMOKE_RUN"
-LOG_TAIL_BYTES = 6000
-MIB = 1 << 20
-GIB = 1 << 30
-
-# nccl-tests all_reduce_perf out-of-place busbw (GB/s), REFERENCE.md "Measured on a 2xH200
-# machine": keyed by (GPU name, GPUs in the world, GPU-GPU link from `nvidia-smi topo -m`).
-REFERENCE_BUSBW: Mapping[tuple[str, int, str], Mapping[int, float]] = {
-    ("NVIDIA H200", 2, "NV18"): {
-        1 * MIB: 66.6, 4 * MIB: 119.4, 16 * MIB: 212.9, 64 * MIB: 267.8,
-        256 * MIB: 298.3, 1 * GIB: 330.3, 4 * GIB: 343.7,
-    },
-}  # fmt: skip
-# Sizes >= 64 MiB must reach this fraction of the reference (the check, not the benchmark goal).
-REFERENCE_FRACTION = 0.8
-CPU_RANKS = 2  # ranks on a host without GPUs: enough for real collectives, cheap for CI
-
-
-@dataclass(frozen=True)
-class SmokeOptions:
-    """Knobs the CLI does not expose; tests and benchmarks set them (or GPUFLEET_SMOKE_* env)."""
-
-    pg_timeout: float | None = None  # per collective; default derived from the overall timeout
-    nproc: int | None = None  # ranks per host; default: GPU count, or CPU_RANKS without GPUs
-    sizes: tuple[int, ...] | None = None  # bandwidth sweep sizes (bytes), overriding the level
-    test_hang_rank: int | None = None  # test-only: this global rank stops before a collective
-    test_hang_phase: str = "allreduce_exact"
-    bw_method: str = "auto"  # auto|graph|loop: how small all-reduces are launched (see script)
-    env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the ranks
-    launcher: str = "auto"  # auto: the script's --spawn on one node with host python; torchrun
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> SmokeOptions:
-        hang = environ.get("GPUFLEET_SMOKE_TEST_HANG")  # "RANK" or "RANK:PHASE"
-        rank, _, ph = (hang or "").partition(":")
-        sizes = environ.get("GPUFLEET_SMOKE_SIZES")
-        pg = environ.get("GPUFLEET_SMOKE_PG_TIMEOUT")
-        nproc = environ.get("GPUFLEET_SMOKE_NPROC")
-        return cls(
-            pg_timeout=float(pg) if pg else None,
-            nproc=int(nproc) if nproc else None,
-            sizes=tuple(int(s) for s in sizes.split(",") if s) if sizes else None,
-            test_hang_rank=int(rank) if rank else None,
-            test_hang_phase=ph or "allreduce_exact",
-            launcher=environ.get("GPUFLEET_SMOKE_LAUNCHER", "auto"),
-        )
-
-
-@dataclass
-class _Host:
-    """What the preflight learned about one host, and the run's state there."""
-
-    spec: HostSpec
-    transport: Transport
-    facts: Facts | None
-    run_id: str
-    run_dir: str = ""
-    gpu_count: int | None = None  # nvidia-smi's count; None = unknown
-    gpu_names: tuple[str, ...] = ()
-    link: str | None = None
-    busy: tuple[str, ...] = ()
-    runtime: str = "host"
-    nproc: int = 0
-    script: str = ""
-    versions: dict[str, Any] = field(default_factory=dict)
-    launch: CommandResult | None = None
-    files: dict[str, str] = field(default_factory=dict)
-    leftover: str = ""
-    error: str | None = None
+LAUNCHER = Path(__file__).with_name("smoke_launch.py")
+# The measured nccl-tests table is now a calibration point of the expectation model.
+REFERENCE_BUSBW = expect.MEASURED
+_Host = HostRun  # the tests' name for it
+_command = build_command
+_container = container_name
+_python = python_argv
+_torch_at_least = torch_at_least
+_hung_ranks = hung_ranks
+_result = result
+_loads = loads
 
 
 # --------------------------------------------------------------------------- public API
@@ -205,12 +152,16 @@ def run_multinode(
         address = first.spec.expect.smoke_address or first.spec.address
         port = 20000 + secrets.randbelow(20000)
         rdzv = {"endpoint": f"{address}:{port}", "id": run_id, "nnodes": len(hosts)}
+        world = expect.expect_world([(_expectation(h, nproc), _links(h)) for h in hosts])
+        for h in hosts:  # every host judges the world's sweep against the world's expectation
+            h.expectation = world
+        ref = dict(world.busbw_gbps) if world is not None else None
         argvs = {
-            h.spec.name: _command(h, level=level, opts=opts, nproc=nproc, ref=None,
+            h.spec.name: _command(h, level=level, opts=opts, nproc=nproc, ref=ref,
                                   timeout=timeout, rendezvous={**rdzv, "is_host": h is first})
             for h in hosts
         }  # fmt: skip
-        _each(hosts, lambda h: _launch(h, argvs[h.spec.name], timeout))
+        _launch_world(hosts, argvs, timeout)
     except BaseException:
         _each(hosts, lambda h: _cleanup(h, quiet=True))
         raise
@@ -222,25 +173,39 @@ def run_multinode(
 # --------------------------------------------------------------------------- steps
 
 _PREFLIGHT = r"""
-d=$(mktemp -d /tmp/gpufleet-smoke.XXXXXXXX) || exit 90
+d=$(mktemp -d "/tmp/gpufleet-smoke.$4.XXXXXXXX") || exit 90
 echo "@@gpufleet rundir"; echo "$d"
 to=""; command -v timeout >/dev/null 2>&1 && to="timeout -k 2 20"
 if [ "$1" = 1 ]; then
   echo "@@gpufleet gpus"
   if command -v nvidia-smi >/dev/null 2>&1; then
-    $to nvidia-smi --query-gpu=index,name --format=csv,noheader || echo "@@gpufleet gpus-failed $?"
+    $to nvidia-smi --query-gpu=index,name,pcie.link.gen.current,pcie.link.width.current \
+      --format=csv,noheader,nounits || echo "@@gpufleet gpus-failed $?"
     echo "@@gpufleet apps"
     $to nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid --format=csv,noheader
     echo "@@gpufleet topo"
     $to nvidia-smi topo -m
+    echo "@@gpufleet nvlink"
+    $to nvidia-smi nvlink -s
+    echo "@@gpufleet lspci"
+    $to lspci -n -d 10de: 2>/dev/null
   fi
 fi
 if [ "$2" = 1 ]; then
   echo "@@gpufleet docker"
   $to docker info --format '{{json .Runtimes}}' 2>/dev/null
 fi
+echo "@@gpufleet nics"
+for f in /sys/class/infiniband/*/ports/*/rate; do
+  [ -r "$f" ] || continue
+  p=${f%/rate}; dev=${p%/ports/*}; echo "ib ${dev##*/} ${p##*/} $(cat "$f" 2>/dev/null)"
+done
+if [ "$3" = 1 ]; then
+  echo "@@gpufleet nccl"
+  %NCCL%
+fi
 exit 0
-"""
+""".replace("%NCCL%", ncclconf.SHELL.strip())
 
 _CLEANUP = r"""
 d="$1"; id="$2"; name="$3"
@@ -256,8 +221,9 @@ while :; do
   if [ $i -ge 25 ]; then echo "@@gpufleet leftover$left"; break; fi
   kill -KILL $left 2>/dev/null; sleep 0.2; i=$((i+1))
 done
+[ "$4" = kill-only ] && exit 0
 cd "$d" 2>/dev/null || exit 0
-for f in result.json rank*.json rank*.progress; do
+for f in result.json launcher.json exit rank*.json rank*.progress; do
   [ -f "$f" ] && { printf '\n@@gpufleet file %s\n' "$f"; cat "$f"; }
 done
 printf '\n@@gpufleet file log\n'; tail -c %d log 2>/dev/null
@@ -291,8 +257,9 @@ def _preflight(h: _Host) -> None:
     exp = h.spec.expect
     need_docker = (exp.smoke_runtime is None and exp.pytorch_image is not None
                    and (facts is None or facts.docker is None))
+    need_nccl = facts is None or facts.nccl_config is None
     res = h.transport.run(["sh", "-c", _PREFLIGHT, "sh", str(int(need_smi)),
-                           str(int(need_docker))], timeout=60)
+                           str(int(need_docker)), str(int(need_nccl)), h.run_id], timeout=60)
     sec = _sections(res.stdout)
     if res.rc != 0 or not sec.get("rundir", "").startswith("/tmp/gpufleet-smoke."):
         h.error = (f"could not create a run directory on {h.spec.name} (mktemp -d under /tmp): "
@@ -314,9 +281,11 @@ def _preflight(h: _Host) -> None:
     elif any(k.startswith("gpus-failed") for k in sec):
         h.gpu_count = None
     else:
-        rows = [r.split(",", 1) for r in sec["gpus"].splitlines() if r.strip()]
+        rows = [[c.strip() for c in r.split(",")] for r in sec["gpus"].splitlines() if r.strip()]
         h.gpu_count = len(rows)
-        h.gpu_names = tuple(r[1].strip() for r in rows if len(r) > 1)
+        h.gpu_names = tuple(r[1] for r in rows if len(r) > 1)
+        h.raw = {k: sec.get(k, "") for k in ("topo", "nvlink", "lspci")}
+        h.raw["pcie"] = "\n".join(",".join(r) for r in rows)
         h.busy = tuple(
             f"pid {c[0].strip()} {c[1].strip()}"
             for c in (r.split(",") for r in sec.get("apps", "").splitlines() if r.strip())
@@ -337,6 +306,37 @@ def _preflight(h: _Host) -> None:
     if h.runtime == "docker" and not exp.pytorch_image:
         h.error = (f"{h.spec.name}: gpufleet_smoke_runtime is docker but pytorch_image is not set; "
                    "set pytorch_image (and pytorch_image_digest) or gpufleet_smoke_runtime=host")
+    h.raw["nics"] = sec.get("nics", "")
+    if facts is not None and facts.nccl_config is not None:
+        h.nccl = facts.nccl_config
+    elif "nccl" in sec:
+        h.nccl = ncclconf.parse(sec["nccl"])
+
+
+def _int(text: str) -> int | None:
+    return int(text) if text.strip().isdigit() else None
+
+
+def _links(h: _Host) -> expect.HostLinks:
+    """The host's links for the expectation model, from its facts or the preflight's output."""
+    nics = expect.parse_nic_rates(h.raw.get("nics", ""))
+    if h.facts is not None:
+        base = expect.links_from_facts(h.facts)
+        return expect.HostLinks(gpu_names=base.gpu_names, nvlink=base.nvlink,
+                                gpu_links=base.gpu_links, nvswitch=base.nvswitch,
+                                pcie=base.pcie, nic_gbps=nics)
+    rows = [r.split(",") for r in h.raw.get("pcie", "").splitlines() if r.strip()]
+    pcie = {i: (_int(r[2]), _int(r[3])) for i, r in enumerate(rows) if len(r) >= 4}
+    nvswitch = any(" 0680: " in ln for ln in h.raw.get("lspci", "").splitlines())
+    return expect.HostLinks(gpu_names=h.gpu_names, nvlink=parse_nvlink_status(h.raw.get(
+        "nvlink", "")), gpu_links=_parse_topo(h.raw.get("topo", "")), nvswitch=nvswitch,
+        pcie=pcie, nic_gbps=nics)
+
+
+def _expectation(h: _Host, nproc: int) -> expect.Expectation | None:
+    if not h.gpu_count or nproc > h.gpu_count:
+        return None
+    return expect.expect_host(_links(h), nproc)
 
 
 def _parse_topo(text: str) -> dict[str, dict[str, str]]:
@@ -368,6 +368,8 @@ def _upload(h: _Host) -> None:
         return
     h.script = f"{h.run_dir}/smoke_ddp.py"
     h.transport.put(SCRIPT.read_bytes(), h.script, 0o644)
+    # The launcher and its watchdog sit beside the script (smoke_ddp.py --spawn loads it).
+    h.transport.put(LAUNCHER.read_bytes(), f"{h.run_dir}/smoke_launch.py", 0o644)
 
 
 def _prepare_member(h: _Host) -> None:
@@ -379,7 +381,7 @@ def _prepare_member(h: _Host) -> None:
         res = h.transport.run(_python(h, [h.script, "--run-dir", h.run_dir, "--versions"]),
                               timeout=120)
         line = res.stdout.strip().splitlines()[-1:] or [""]
-        versions = _loads(line[0])  # a JSON object, or None: the host's output is data
+        versions = loads(line[0])  # a JSON object, or None: the host's output is data
         if versions is not None:
             h.versions = versions
         else:
@@ -409,120 +411,62 @@ def _nproc(h: _Host, opts: SmokeOptions) -> int:
 
 
 def _reference(h: _Host, nproc: int) -> Mapping[int, float] | None:
-    names = set(h.gpu_names)
-    if len(names) != 1 or h.link is None or nproc != h.gpu_count:
-        return None
-    return REFERENCE_BUSBW.get((names.pop(), nproc, h.link))
-
-
-def _image(h: _Host) -> str:
-    exp = h.spec.expect
-    img = exp.pytorch_image or ""
-    return f"{img}@{exp.pytorch_image_digest}" if exp.pytorch_image_digest else img
-
-
-def _python(h: _Host, args: Sequence[str]) -> list[str]:
-    """argv running `python args` in the host's smoke runtime (for the version probe)."""
-    if h.runtime == "docker":
-        return ["docker", "run", "--rm", "--network=host", "-v", f"{h.run_dir}:{h.run_dir}",
-                _image(h), "python", *args]
-    return [h.spec.expect.smoke_python, *args]
-
-
-def _command(
-    h: _Host,
-    *,
-    level: str,
-    opts: SmokeOptions,
-    nproc: int,
-    ref: Mapping[int, float] | None,
-    timeout: float,
-    rendezvous: Mapping[str, Any] | None,
-) -> list[str]:
-    """The full argv: setsid → sh (records pgid, redirects to log) → timeout → env → launcher."""
-    exp = h.spec.expect
-    h.nproc = nproc
-    pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
-    script_args = [
-        # --opt=value: a host named "-gpu1" stays a value, never an option.
-        h.script, "--run-dir", h.run_dir, "--level", level, f"--host={h.spec.name}",
-        "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
-    ]  # fmt: skip
-    # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
-    script_args += ["--smi-count", str(-1 if h.gpu_count is None else h.gpu_count)]
-    if exp.gpu_count is not None:
-        script_args += ["--expect-gpus", str(exp.gpu_count)]
-    if ref:
-        script_args += ["--reference", json.dumps({str(k): v for k, v in ref.items()}),
-                        "--ref-fraction", str(REFERENCE_FRACTION)]
-    if exp.min_busbw_gbps is not None:
-        script_args += ["--min-busbw", str(exp.min_busbw_gbps)]
-    if opts.sizes:
-        script_args += ["--sizes", ",".join(str(s) for s in opts.sizes)]
-    if opts.bw_method != "auto":
-        script_args += ["--bw-method", opts.bw_method]
-    if opts.test_hang_rank is not None:
-        script_args += ["--test-hang-rank", str(opts.test_hang_rank),
-                        "--test-hang-phase", opts.test_hang_phase]
-    trun = [f"--nproc_per_node={nproc}", "--max_restarts=0"]
-    if rendezvous is None:
-        trun += ["--standalone", "--nnodes=1"]
-    else:
-        join = max(30, int(timeout / 3))
-        conf = f"is_host={int(bool(rendezvous['is_host']))},join_timeout={join}"
-        trun += [
-            f"--nnodes={rendezvous['nnodes']}", "--rdzv_backend=c10d",
-            f"--rdzv_endpoint={rendezvous['endpoint']}", f"--rdzv_id={rendezvous['id']}",
-            f"--rdzv_conf={conf}",
-        ]  # fmt: skip
-        if _torch_at_least(h.versions.get("torch"), (2, 2)):  # pytorch#88922; surely in 2.2
-            trun.append(f"--local_addr={exp.smoke_address or h.spec.address}")
-    env = {MARKER: h.run_id, "PYTHONUNBUFFERED": "1", **opts.env}
-    iface = exp.smoke_interface or (
-        "lo" if rendezvous is not None and h.spec.address.startswith("127.") else None
-    )
-    if iface:
-        env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
-    if h.runtime == "docker":
-        name = _container(h)
-        inner = [
-            "docker", "run", "--rm", "--name", name, "--label", f"gpufleet.smoke={h.run_id}",
-            "--gpus", "all", "--ipc=host", "--network=host", "--ulimit", "memlock=-1",
-            "-v", f"{h.run_dir}:{h.run_dir}",
-            *(a for k, v in env.items() for a in ("-e", f"{k}={v}")), "-e", "GPUFLEET_SMOKE_T0",
-            _image(h), "torchrun", *trun, *script_args,
-        ]  # fmt: skip
-        envs = [f"{MARKER}={h.run_id}"]
-    elif rendezvous is None and opts.launcher != "torchrun":
-        # One node: the script's own launcher starts the ranks; torchrun would first spend
-        # 3-4 s importing torch in its launcher process (benchmarks/results, 2026-11-30).
-        inner = [exp.smoke_python, h.script, "--spawn", str(nproc), *script_args[1:]]
-        envs = [f"{k}={v}" for k, v in env.items()]
-    else:
-        inner = [exp.smoke_python, "-m", "torch.distributed.run", *trun, *script_args]
-        envs = [f"{k}={v}" for k, v in env.items()]
-    # timeout's -k leaves torchrun time to TERM its workers before KILL; the workers also carry
-    # their own deadline (--deadline-in), and the controller's cleanup kills by marker anyway.
-    wrapper = ('d="$1"; shift; echo $$ > "$d/pgid"; '
-               'GPUFLEET_SMOKE_T0=$(date +%s.%N 2>/dev/null); export GPUFLEET_SMOKE_T0; '
-               'exec "$@" > "$d/log" 2>&1 < /dev/null')
-    return ["setsid", "-w", "sh", "-c", wrapper, "sh", h.run_dir,
-            "timeout", "-k", "45", f"{math.ceil(timeout) + 10}",
-            "env", *envs, *inner]  # fmt: skip
-
-
-def _torch_at_least(version: str | None, want: tuple[int, int]) -> bool:
-    """True for "2.11.0+cu130" >= (2, 2); True when unknown (assume a current torch)."""
-    m = re.match(r"(\d+)\.(\d+)", version or "")
-    return m is None or (int(m.group(1)), int(m.group(2))) >= want
-
-
-def _container(h: _Host) -> str:
-    return f"{h.run_id}-{''.join(c if c.isalnum() else '-' for c in h.spec.name)}"
+    """Expected busbw per size from the host's own links (gpufleet.expect), or None."""
+    h.expectation = _expectation(h, nproc)
+    return dict(h.expectation.busbw_gbps) if h.expectation is not None else None
 
 
 def _launch(h: _Host, argv: Sequence[str], timeout: float) -> None:
     h.launch = h.transport.run(argv, timeout=timeout)
+
+
+def _launch_world(hosts: Sequence[_Host], argvs: Mapping[str, Sequence[str]],
+                  timeout: float) -> None:
+    """Launch every member at once; the runner's watchdog for the world: as soon as one host's
+    launch ends in failure (its launcher's watchdog saw a rank die or hang there), end the run
+    on every other host instead of letting their ranks wait out the collective timeout."""
+    finished: list[_Host] = []
+    errors: list[BaseException] = []
+    wake = threading.Event()
+
+    def one(h: _Host) -> None:
+        try:
+            _launch(h, argvs[h.spec.name], timeout)
+        except BaseException as e:  # re-raised in the caller's thread
+            errors.append(e)
+        finally:
+            finished.append(h)
+            wake.set()
+
+    threads = [threading.Thread(target=one, args=(h,), daemon=True) for h in hosts]
+    for t in threads:
+        t.start()
+    ended = False
+    while any(t.is_alive() for t in threads):
+        wake.wait(0.5)
+        wake.clear()
+        failed = [h for h in list(finished) if h.launch is None or h.launch.rc != 0]
+        if failed and not ended:
+            ended = True
+            rc = failed[0].launch.rc if failed[0].launch is not None else "?"
+            why = f"{failed[0].spec.name}'s launch ended with exit {rc}"
+            for h in hosts:
+                if h not in finished:
+                    h.ended_by_runner = f"the runner ended the run on {h.spec.name}: {why}"
+                    _end(h)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _end(h: _Host) -> None:
+    """Kill what the run started on one host (its session and every marked process) now."""
+    name = _container(h) if h.runtime == "docker" else ""
+    # On failure the cleanup after the launch tries again and reports what is left.
+    with contextlib.suppress(TransportError, OSError):
+        h.transport.run(["sh", "-c", _CLEANUP, "sh", h.run_dir, f"{MARKER}={h.run_id}", name,
+                         "kill-only"], timeout=60)
 
 
 def _cleanup(h: _Host, *, quiet: bool = False) -> None:
@@ -574,179 +518,3 @@ def _all(hosts: Sequence[_Host], level: str, error: str) -> dict[str, SmokeResul
             for h in hosts}  # fmt: skip
 
 
-# --------------------------------------------------------------------------- verdict
-
-
-def _loads(text: str | None) -> dict[str, Any] | None:
-    if not text:
-        return None
-    try:
-        # NaN/Infinity (or 1e999) from a host are missing numbers, as in every renderer.
-        obj = json.loads(text, parse_constant=lambda _: None,
-                         parse_float=lambda s: f if math.isfinite(f := float(s)) else None)
-    except (ValueError, RecursionError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _result(h: _Host, world: Sequence[_Host], level: str, elapsed: float) -> SmokeResult:
-    result = None
-    for m in world:
-        result = result or _loads(m.files.get("result.json"))
-    rank_files: dict[int, dict[str, Any]] = {}
-    progress: dict[int, dict[str, Any]] = {}
-    world_size = sum(m.nproc for m in world)
-    ignored: list[str] = []
-    for m in world:
-        for k, v in m.files.items():
-            obj = _loads(v)
-            if obj is None or not k.startswith("rank"):
-                continue
-            try:
-                r = int(obj.get("rank", -1))
-            except (TypeError, ValueError, OverflowError):
-                r = -1
-            if not 0 <= r < (world_size or 1 << 16):
-                # A rank file from a host is data: a huge rank must not size our loops.
-                ignored.append(f"{m.spec.name}:{k}")
-                continue
-            (progress if k.endswith(".progress") else rank_files)[r] = obj
-    tails = [f"[{m.spec.name}] {m.files.get('log', '')[-LOG_TAIL_BYTES // len(world):]}"
-             for m in world if m.files.get("log")]
-    log_tail = "\n".join(tails)[-LOG_TAIL_BYTES:] if tails else None
-    launch = h.launch
-    timed_out = any(m.launch is not None and (m.launch.timed_out or m.launch.rc in (124, 137))
-                    for m in world)
-    timings = {"runner_total_s": round(elapsed, 3)}
-    if launch is not None:
-        timings["launch_s"] = round(launch.duration_s, 3)
-    names = tuple(m.spec.name for m in world) if len(world) > 1 else ()
-    notes = [m.leftover for m in world if m.leftover]
-    if ignored:
-        notes.append(f"ignored rank file(s) outside the world of {world_size}: "
-                     + ", ".join(ignored[:5]))
-    traces = [f"{m.spec.name}: {m.files['traces']}" for m in world if m.files.get("traces")]
-    if result is not None:
-        try:
-            return _from_result(h, result=result, level=level, timings=timings, names=names,
-                                log_tail=log_tail, notes=notes, world=world)
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
-            # result.json is the host's data: an odd one is a failed run, not a lost host.
-            notes = [*notes, f"could not read result.json: {type(exc).__name__}: {exc}"[:300]]
-    nranks = max([world_size, *(r + 1 for r in [*progress, *rank_files])])
-    hung, why = _hung_ranks(progress, rank_files, nranks) if progress else ([], "")
-    errors = [f"rank {r}: {f.get('error')}" for r, f in sorted(rank_files.items())
-              if not f.get("ok", True)]
-    timeout_like = timed_out or any("timed out" in e.lower() or "timeout" in e.lower()
-                                    for e in errors)
-    status: SmokeStatus = "timeout" if timeout_like else "error"
-    parts = []
-    if timed_out:
-        parts.append("the run exceeded its timeout and was killed")
-    if why:
-        parts.append(why)
-    parts += [e[:400] for e in errors[:3]]
-    if traces:
-        parts.append("NCCL flight recorder dumps: " + "; ".join(traces))
-    if not parts:
-        rc = launch.rc if launch is not None else None
-        last = (log_tail or "").strip().splitlines()[-1:] or ["no output"]
-        parts.append(f"torchrun exited {rc} without a result: {last[0][:300]}")
-    parts += notes
-    return SmokeResult(status=status, level=level, error="; ".join(parts),
-                       hung_ranks=tuple(hung) if timeout_like else (), timings_s=timings,
-                       hosts=names, log_tail=log_tail, device_count=h.gpu_count)
-
-
-def _hung_ranks(
-    progress: Mapping[int, Mapping[str, Any]],
-    rank_files: Mapping[int, Mapping[str, Any]],
-    nranks: int,
-) -> tuple[list[int], str]:
-    """Which ranks stopped the others, from where each rank last said it was.
-
-    Position = 2 * collectives entered, +1 while inside one. A rank that errored out of a
-    collective (a process-group timeout) was waiting there. The hung ranks are those furthest
-    behind; when all are level and inside a collective, the collective itself hung.
-    """
-    pos: dict[int, int] = {}
-    where: dict[int, str] = {}
-    for r in range(nranks):
-        p = progress.get(r)
-        if p is None:
-            pos[r], where[r] = -1, "never reported progress"
-            continue
-        state = p.get("state")
-        if state == "done":
-            continue
-        seq = int(p.get("seq", 0))
-        inside = state in ("in", "error")
-        pos[r] = 2 * seq + int(inside)
-        where[r] = (f"{'inside' if inside else 'before'} collective #{seq + (not inside)} "
-                    f"in phase {p.get('phase')} on {p.get('host')}")
-    if not pos:
-        return [], ""
-    low = min(pos.values())
-    hung = sorted(r for r, v in pos.items() if v == low)
-    waiting = sorted(r for r, v in pos.items() if v > low)
-    if waiting:
-        why = (f"rank(s) {', '.join(map(str, hung))} hung ({where[hung[0]]}); "
-               f"rank(s) {', '.join(map(str, waiting))} waited for them")
-    else:
-        why = f"all unfinished ranks stuck together ({where[hung[0]]})"
-    return hung, why
-
-
-def _from_result(
-    h: _Host,
-    *,
-    result: Mapping[str, Any],
-    level: str,
-    timings: dict[str, float],
-    names: tuple[str, ...],
-    log_tail: str | None,
-    notes: Sequence[str],
-    world: Sequence[_Host],
-) -> SmokeResult:
-    ranks = tuple(
-        RankInfo(rank=int(r["rank"]), host=r.get("host"), local_rank=int(r.get("local_rank", 0)),
-                 torch=r.get("torch"), cuda=r.get("cuda"), cudnn=r.get("cudnn"),
-                 nccl=r.get("nccl"), device=r.get("device"), device_name=r.get("device_name"))
-        for r in result.get("ranks", [])
-    )  # fmt: skip
-    checks = tuple(
-        SmokeCheck(name=str(c["name"]), passed=bool(c["passed"]), detail=str(c.get("detail", "")),
-                   data=c.get("data") or {})
-        for c in result.get("checks", [])
-    )  # fmt: skip
-    busbw = {int(k): float(v) for k, v in (result.get("busbw_gbps") or {}).items()
-             if v is not None}
-    if len(world) > 1:
-        for c in checks:
-            per_host = c.data.get("per_host_busbw_gbps", {}) if c.name == "busbw" else {}
-            if h.spec.name in per_host:
-                busbw = {int(k): float(v) for k, v in per_host[h.spec.name].items()
-                         if v is not None}
-    mine = {r.rank: r.local_rank for r in ranks if r.host == h.spec.name}
-    tflops = {mine[int(k)]: float(v) for k, v in (result.get("matmul_tflops") or {}).items()
-              if v is not None and int(k) in mine}
-    for k, v in (result.get("timings_s") or {}).items():
-        if v is not None:
-            timings[str(k)] = round(float(v), 3)
-    here = [r for r in result.get("ranks", []) if r.get("host") == h.spec.name]
-    status: SmokeStatus = "pass" if result.get("status") == "pass" else "fail"
-    error = None
-    if status == "fail":
-        error = "; ".join(f"{c.name}: {c.detail}" for c in checks if not c.passed)[:1000]
-    launch_rc = h.launch.rc if h.launch is not None else None
-    if launch_rc not in (0, None) and status == "pass":
-        notes = [*notes, f"torchrun exited {launch_rc} after the result was written"]
-    if notes:
-        error = "; ".join([*([error] if error else []), *notes])
-    return SmokeResult(
-        status=status, level=str(result.get("level", level)), backend=result.get("backend"),
-        world_size=int(result.get("world_size", len(ranks))),
-        device_count=int(here[0]["torch_device_count"]) if here else h.gpu_count,
-        ranks=ranks, checks=checks, busbw_gbps=busbw, matmul_tflops=tflops,
-        timings_s=timings, error=error, hosts=names, log_tail=log_tail,
-    )  # fmt: skip

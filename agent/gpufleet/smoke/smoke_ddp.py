@@ -83,6 +83,8 @@ def parse_args(argv):
     p.add_argument("--sizes", default=None, help="comma-separated bytes, overrides the level")
     p.add_argument("--reference", default=None, help="JSON {bytes: busbw GB/s} to compare with")
     p.add_argument("--min-busbw", type=float, default=None, help="floor in GB/s, largest size")
+    p.add_argument("--expectation", default=None,
+                   help="JSON: the expectation model's evidence (links, raw bound, ratios)")
     p.add_argument("--ref-fraction", type=float, default=0.8,
                    help="sizes >= 64 MiB must reach this fraction of --reference")
     p.add_argument("--bw-method", choices=("auto", "graph", "loop"), default="auto")
@@ -509,6 +511,9 @@ def busbw_verdict(res, reference, min_busbw, fraction):
         if top < min_busbw:
             problems.append("%s: %.1f GB/s is below the floor of %.1f GB/s"
                             % (human(sizes[-1]), top, min_busbw))
+    if reference and not any(s >= 64 * MIB for s in sizes):
+        # A missing measurement is a failure, never a pass (cluster-readiness ADR-021).
+        problems.append("no measurement at 64 MiB or more to judge against the expectation")
     basis = "reference" if reference else ("floor" if min_busbw is not None else None)
     out["basis"] = basis
     if problems:
@@ -722,6 +727,17 @@ def aggregate(ranks, bw_world, timings):
             ref = None  # the reference is for NCCL on these GPUs, not a gloo fallback
         res = bw_world["world"]
         ok, detail, data = busbw_verdict(res, ref, ARGS.min_busbw, ARGS.ref_fraction)
+        if ref and ARGS.expectation:
+            data["basis"] = "expectation"
+            data["expectation"] = json.loads(ARGS.expectation)
+            top = max(s for s in res if s in ref) if any(s in ref for s in res) else None
+            if top is not None:
+                data["largest"] = {"bytes": top, "measured_gbps": res[top]["busbw_gbps"],
+                                   "expected_gbps": ref[top],
+                                   "ratio": res[top]["busbw_gbps"] / ref[top]}
+                detail += " (%.0f%% of the %.1f GB/s expected at %s from %s)" % (
+                    100.0 * res[top]["busbw_gbps"] / ref[top], ref[top], human(top),
+                    data["expectation"].get("basis"))
         data["measured"] = True
         data["method"] = bw_world.get("method")
         data["world_size"] = len(ranks)
@@ -770,37 +786,38 @@ def arm_deadline(seconds):
 
 
 def spawn(n, argv):
-    """Single-node launcher, torchrun --standalone --max_restarts=0 without torchrun's cost.
+    """Single-node launcher with its watchdog: smoke_launch.py beside this file (stdlib only).
 
-    torchrun's launcher process imports torch (3-4 s on an H200 host) before any rank starts; this
-    one imports nothing. Ranks share this process group (the runner's timeout and kill reach
-    them) and the environment (the run marker); the first rank that fails ends the others, as
-    torchrun does, so a crash never leaves its peers waiting for the collective timeout.
+    Loaded by path, so that this script still imports nothing outside the stdlib and torch.
     """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for r in range(n):
-        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n),
-                   LOCAL_WORLD_SIZE=str(n), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port))
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), *argv],
-                                      env=env))
-    rc = 0
-    live = list(procs)
-    while live:
-        for p in list(live):
-            code = p.poll()
-            if code is None:
-                continue
-            live.remove(p)
-            if code != 0 and rc == 0:
-                rc = code if code > 0 else 128 - code
-                for q in live:
-                    q.terminate()
-        time.sleep(0.02)
-    return rc
+    import importlib.util  # noqa: PLC0415
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("gpufleet_smoke_launch",
+                                                  os.path.join(here, "smoke_launch.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.spawn(n, os.path.abspath(__file__), argv, ARGS.run_dir, ARGS.level)
+
+
+def start_heartbeat(interval=1.0):
+    """Touch rank<R>.beat every second from a thread: the launcher's watchdog reads its age.
+
+    A stopped or frozen process stops beating; one merely waiting in a collective does not
+    (torch releases the GIL while it waits), so the two are told apart.
+    """
+    path = os.path.join(ARGS.run_dir, "rank%d.beat" % RANK)
+
+    def beat():
+        while True:
+            try:
+                with open(path, "a"):
+                    os.utime(path, None)
+            except OSError:
+                pass
+            time.sleep(interval)
+
+    threading.Thread(target=beat, name="gpufleet-heartbeat", daemon=True).start()
 
 
 def _without_spawn(argv):
@@ -825,6 +842,7 @@ def main(argv=None):
         return print_versions()
     if ARGS.deadline_in:
         arm_deadline(ARGS.deadline_in)
+    start_heartbeat()
     # Hang safety, set before torch reads them: NCCL errors tear the process down instead of
     # hanging, and the flight recorder dumps its ring buffer on timeout (torch >= 2.3 has it).
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")

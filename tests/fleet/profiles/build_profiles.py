@@ -18,12 +18,14 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import tomllib
+
 HERE = Path(__file__).resolve().parent
 CAPTURE = HERE.parent.parent / "fixtures" / "h200x2-2026-11-30"
+OVERLAYS = HERE / "overlays"
 
 DRIVER = "580.159.04"
 IMAGE = "pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime"
@@ -119,6 +121,8 @@ class Profile:
     index: dict[str, list[str]] = field(default_factory=dict)  # tool -> index lines
     links: dict[str, str] = field(default_factory=dict)  # .data/lib/NAME -> target
     proc_version: str | None = None
+    etc: dict[str, str] = field(default_factory=dict)  # files the fleet overlays on /etc
+    setenv: dict[str, str] = field(default_factory=dict)  # the ssh session's environment
 
     def tool(self, tool: str, *lines: str) -> None:
         self.index[tool] = list(lines)
@@ -369,187 +373,90 @@ def hgx_topo(count: int, phys: tuple[int, ...]) -> str:
     )
 
 
-# --------------------------------------------------------------------------- the profiles
+# --------------------------------------------------------------------------- overlays
 
 
-def variant(
-    name: str, about: str, edit: Callable[[Profile], None], base: Profile | None = None
-) -> Profile:
-    start = base or base_h200x2()
-    p = replace(
-        start,
-        name=name,
-        about=about,
-        files=dict(start.files),
-        index={k: list(v) for k, v in start.index.items()},
-        links=dict(start.links),
-    )
-    edit(p)
+def _subst(value: object) -> object:
+    """Placeholders an overlay may use for values this module computes."""
+    if isinstance(value, str):
+        return (value.replace("@IMAGE_DIGEST@", IMAGE_DIGEST)
+                .replace("@OTHER_DIGEST@", OTHER_DIGEST).replace("@DRIVER@", DRIVER))
+    if isinstance(value, list):
+        return [_subst(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _subst(v) for k, v in value.items()}
+    return value
+
+
+def _gpus(p: Profile, spec: object) -> list[int]:
+    count = len(q_blocks(p.files["q.txt"])[1])
+    return list(range(count)) if spec == "all" else [int(g) for g in spec]  # type: ignore[attr-defined]
+
+
+def _edit(p: Profile, e: dict[str, object]) -> None:
+    """One declarative edit (see README.md, "Overlays")."""
+    op = e["op"]
+    if op == "replace":
+        names = list(p.files) if e["file"] == "*" else [str(e["file"])]
+        for name in names:
+            p.files[name] = p.files[name].replace(str(e["old"]), str(e["new"]))
+    elif op == "regex":
+        p.files[str(e["file"])] = re.sub(str(e["pattern"]), str(e["repl"]),
+                                         p.files[str(e["file"])], flags=re.MULTILINE)
+    elif op == "file":
+        p.files[str(e["name"])] = str(e["text"])
+    elif op == "append":
+        p.files[str(e["name"])] += str(e["text"])
+    elif op == "clear_files":
+        p.files = {}
+    elif op == "csv":
+        for g in _gpus(p, e["gpus"]):
+            csv_edit(p, g, dict(e["set"]))  # type: ignore[call-overload]
+    elif op == "q":
+        for g in _gpus(p, e["gpus"]):
+            q_edit(p, g, {tuple(k.split("/")): str(v)
+                          for k, v in dict(e["set"]).items()})  # type: ignore[call-overload]
+    elif op == "nvlink":  # one link of one GPU in `nvidia-smi nvlink -s`
+        head, _, rest = p.files["nvlink-s.txt"].partition(f"GPU {e['gpu']}:")
+        block, nxt, tail = rest.partition("\nGPU ")
+        block = re.sub(rf"Link {e['link']}: .*", f"Link {e['link']}: {e['text']}", block)
+        p.files["nvlink-s.txt"] = head + f"GPU {e['gpu']}:" + block + nxt + tail
+    elif op == "tool":
+        p.tool(str(e["tool"]), *[str(x) for x in e["lines"]])  # type: ignore[attr-defined]
+    elif op == "drop_tools":
+        for tool in e["tools"]:  # type: ignore[attr-defined]
+            p.index.pop(str(tool), None)
+    elif op == "link":
+        p.links[str(e["name"])] = str(e["target"])
+    elif op == "clear_links":
+        p.links = {}
+    elif op == "proc_version":
+        version = str(e.get("version", ""))
+        p.proc_version = proc_version(version, bool(e.get("open", True))) if version else None
+    else:
+        raise ValueError(f"{p.name}: unknown overlay op {op!r}")
+
+
+def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
+    """A profile = its base (a real capture, or the 8-GPU host built from it) + the overlay."""
+    data = _subst(tomllib.loads(path.read_text()))
+    assert isinstance(data, dict)
+    base_name = str(data.get("base", "h200x2"))
+    if "gpus" in data:
+        start = build_h200x8(tuple(int(g) for g in data["gpus"]))
+    else:
+        start = bases[base_name]
+    p = replace(start, name=path.stem, about=str(data["about"]), files=dict(start.files),
+                index={k: list(v) for k, v in start.index.items()}, links=dict(start.links),
+                etc=dict(data.get("etc", {})), setenv=dict(data.get("setenv", {})))
+    for e in data.get("edit", []):
+        _edit(p, e)
     return p
 
 
-def drift(p: Profile) -> None:
-    everywhere(p, DRIVER, "570.172.08")
-    everywhere(p, "CUDA Version: 13.0", "CUDA Version: 12.8")
-    p.files["q.txt"] = p.files["q.txt"].replace(
-        "CUDA Version                                           : 13.0",
-        "CUDA Version                                           : 12.8",
-    )
-    p.links["libnvidia-ml.so.1"] = "libnvidia-ml.so.570.172.08"
-    p.proc_version = proc_version("570.172.08")
-
-
-def nvml_mismatch(p: Profile) -> None:
-    p.files["nvml-mismatch.txt"] = (
-        "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.159\n"
-    )
-    p.tool("nvidia-smi", "18 nvml-mismatch.txt - *")
-    p.proc_version = proc_version("580.95.05", open_module=False)
-
-
-def no_nvidia_smi(p: Profile) -> None:
-    for tool in ("nvidia-smi", "nvidia-ctk", "docker", "containerd", "nv-fabricmanager"):
-        p.index.pop(tool, None)
-    p.files = {
-        "kernel-log.txt": "[    0.000000] Linux version 6.1.0-28-amd64 (debian-kernel@lists.debian.org)\n"
-        "[    1.234567] e1000e 0000:00:1f.6 eth0: NIC Link is Up 1000 Mbps Full Duplex\n",
-        "ldconfig.tmpl": "\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6\n",
-        "lspci.txt": "",
-    }
-    p.links = {}
-    p.proc_version = None
-
-
-def nvidia_smi_hang(p: Profile) -> None:
-    p.tool("nvidia-smi", "hang - - *")
-
-
-def ecc_remap(p: Profile) -> None:
-    csv_edit(
-        p,
-        1,
-        {
-            "ecc.errors.uncorrected.volatile.total": "2",
-            "ecc.errors.uncorrected.aggregate.total": "7",
-            "remapped_rows.pending": "Yes",
-            "remapped_rows.failure": "Yes",
-        },
-    )
-    q_edit(
-        p,
-        1,
-        {
-            ("ECC Errors", "Volatile", "DRAM Uncorrectable"): "2",
-            ("ECC Errors", "Aggregate", "DRAM Uncorrectable"): "7",
-            ("Remapped Rows", "Uncorrectable Error"): "7",
-            ("Remapped Rows", "Pending"): "Yes",
-            ("Remapped Rows", "Remapping Failure Occurred"): "Yes",
-        },
-    )
-
-
-XID_LINES = (
-    "[ 8123.456789] NVRM: Xid (PCI:0000:00:07): 48, pid=4711, name=python3, An uncorrectable "
-    "double bit error (DBE) has been detected on GPU in the framebuffer at partition 6, subpartition 0.\n"
-    "[ 8123.460012] NVRM: Xid (PCI:0000:00:07): 79, pid='<unknown>', name=<unknown>, "
-    "GPU has fallen off the bus.\n"
-)
-
-
-def xid(p: Profile) -> None:
-    p.files["kernel-log.txt"] += XID_LINES
-
-
-def pcie_degraded(p: Profile) -> None:
-    csv_edit(p, 1, {"pcie.link.gen.current": "4", "pcie.link.width.current": "8"})
-    q_edit(
-        p,
-        1,
-        {
-            ("PCI", "GPU Link Info", "PCIe Generation", "Current"): "4",
-            ("PCI", "GPU Link Info", "PCIe Generation", "Device Current"): "4",
-            ("PCI", "GPU Link Info", "Link Width", "Current"): "8x",
-        },
-    )
-
-
-def nvlink_down(p: Profile) -> None:
-    lines = p.files["nvlink-s.txt"].splitlines()
-    p.files["nvlink-s.txt"] = (
-        "\n".join(re.sub(r"Link (3|11): .*", r"Link \1: <inactive>", line) for line in lines) + "\n"
-    )
-    p.files["topo.txt"] = p.files["topo.txt"].replace("NV18", "NV16")
-
-
-def persistence_off(p: Profile) -> None:
-    for gpu in (0, 1):
-        csv_edit(p, gpu, {"persistence_mode": "Disabled"})
-        q_edit(p, gpu, {("Persistence Mode",): "Disabled"})
-    p.files["smi.txt"] = p.files["smi.txt"].replace(
-        "NVIDIA H200                    On  |", "NVIDIA H200                    Off |"
-    )
-
-
-def old_toolkit(p: Profile) -> None:
-    p.files["ctk.txt"] = (
-        "NVIDIA Container Toolkit CLI version 1.16.1\ncommit: a470818ba7d9166be282cd0039dd2fc9b0a34d73\n"
-    )
-
-
-def wrong_digest(p: Profile) -> None:
-    p.files["digests.tmpl"] = f'["@REPO@@{OTHER_DIGEST}"]\n'
-
-
-def busy(p: Profile) -> None:
-    p.files["compute-apps.csv"] = (
-        APPS_HEADER + "48213, python3, 81920 MiB, GPU-e0ec50b6-f483-68ed-fb7b-ecc8879a76a1\n"
-    )
-
-
-def fabric_incomplete(p: Profile) -> None:
-    head, blocks = q_blocks(p.files["q.txt"])
-    blocks = [
-        q_set(q_set(b, ("Fabric", "State"), "In Progress"), ("Fabric", "Status"), "N/A")
-        for b in blocks
-    ]
-    p.files["q.txt"] = head + "".join(blocks)
-    p.tool("pgrep", "1 - - -x nv-fabricmanager", "real - - *")
-
-
-def keep(p: Profile) -> None:
-    del p
-
-
 def profiles() -> list[Profile]:
-    h200x8 = build_h200x8()
-    return [
-        variant("h200x2", "the real 2xH200 capture, healthy", keep),
-        variant("h200x8", "8-GPU HGX NVSwitch host, healthy", keep, h200x8),
-        variant("driver-drift", "h200x2 with driver 570.172.08 / CUDA 12.8", drift),
-        variant("nvml-mismatch", "userspace 580.159.04, kernel module 580.95.05", nvml_mismatch),
-        variant("no-nvidia-smi", "no NVIDIA tools at all (a CPU box)", no_nvidia_smi),
-        variant("nvidia-smi-hang", "nvidia-smi never answers", nvidia_smi_hang),
-        variant("ecc-remap", "GPU 1: uncorrected ECC, remapped rows pending and failed", ecc_remap),
-        variant("xid", "kernel log with Xid 48 and Xid 79 on GPU 1", xid),
-        variant("pcie-degraded", "GPU 1 at PCIe gen 4 x8 (max gen 5 x16)", pcie_degraded),
-        variant("nvlink-down", "links 3 and 11 inactive on both GPUs, topo NV16", nvlink_down),
-        variant("persistence-off", "persistence mode disabled on both GPUs", persistence_off),
-        variant("old-toolkit", "nvidia-ctk 1.16.1", old_toolkit),
-        variant("wrong-digest", "the image is present with another digest", wrong_digest),
-        variant("busy", "python3 (pid 48213) computing on GPU 0", busy),
-        variant(
-            "fabric-incomplete",
-            "h200x8, fabric In Progress, fabric manager stopped",
-            fabric_incomplete,
-            h200x8,
-        ),
-        variant(
-            "gpu-missing",
-            "h200x8 with 7 GPUs visible (physical GPU 5 gone)",
-            keep,
-            build_h200x8((0, 1, 2, 3, 4, 6, 7)),
-        ),
-    ]
+    bases = {"h200x2": base_h200x2(), "h200x8": build_h200x8()}
+    return [from_overlay(path, bases) for path in sorted(OVERLAYS.glob("*.toml"))]
 
 
 # --------------------------------------------------------------------------- writing
@@ -577,6 +484,12 @@ def write(p: Profile, root: Path) -> None:
     if p.proc_version is not None:
         (base / "proc_driver_nvidia").mkdir()
         (base / "proc_driver_nvidia" / "version").write_text(p.proc_version)
+    if p.etc:
+        (base / "etc").mkdir()
+        for name, text in sorted(p.etc.items()):
+            (base / "etc" / name).write_text(text)
+    if p.setenv:
+        (base / "sshd_setenv").write_text("".join(f"{k}={v}\n" for k, v in sorted(p.setenv.items())))
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -596,23 +509,44 @@ def build(root: Path) -> None:
         write(p, root)
 
 
+def _fingerprint() -> str:
+    h = hashlib.sha256()
+    for path in [Path(__file__), *sorted(OVERLAYS.glob("*.toml")), *sorted(CAPTURE.iterdir())]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def ensure_built(cache: Path | None = None) -> Path:
+    """The built profiles tree for the current overlays and capture (built once, then reused).
+
+    Built into a temporary sibling and renamed into place, so concurrent callers never see a
+    half-written tree.
+    """
+    cache = cache or Path(os.environ.get("GPUFLEET_PROFILE_CACHE", "/tmp/gpufleet-profiles"))
+    target = cache / _fingerprint()
+    if target.is_dir():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:  # another process finished first: use its tree
+            shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def main(argv: list[str]) -> int:
-    names = [p.name for p in profiles()]
-    with tempfile.TemporaryDirectory() as tmp:
-        build(Path(tmp))
-        fresh = snapshot(Path(tmp))
-        if "--check" in argv:
-            current: dict[str, str] = {}
-            for name in names:
-                if (HERE / name).exists():
-                    current.update({f"{name}/{k}": v for k, v in snapshot(HERE / name).items()})
-            differ = sorted(k for k in set(fresh) | set(current) if fresh.get(k) != current.get(k))
-            for key in differ[:20]:
-                print(f"differs: {key}", file=sys.stderr)
-            return 1 if differ else 0
-        for name in names:
-            shutil.rmtree(HERE / name, ignore_errors=True)
-            shutil.copytree(Path(tmp) / name, HERE / name, symlinks=True)
+    if argv and argv[0] not in ("--check",):
+        out = Path(argv[0])
+        build(out)
+        print(out)
+        return 0
+    print(ensure_built())  # --check / no argument: every overlay applies cleanly
     return 0
 
 

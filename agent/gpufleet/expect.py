@@ -1,0 +1,292 @@
+"""Expected all-reduce bus bandwidth of a GPU host, from its own links (pure).
+
+Model (docs/smoke.md, "Expected bandwidth"):
+1. The raw bound per GPU, in GB/s one way:
+   - NVLink (every GPU pair of the world joined by NVLink in `nvidia-smi topo -m`, or an
+     NVSwitch fabric): the sum of the GPU's active link speeds from `nvidia-smi nvlink -s`;
+     the world's bound is the GPU with the least. A ring all-reduce moves 2(n-1)/n x S over
+     each GPU's links, which is what busbw normalises away, so busbw tends to this bound.
+   - otherwise PCIe: the current generation x width of the slowest GPU (per-lane rates below).
+   - multinode: the smaller of the hosts' own bound and the NICs' total rate per host
+     (/sys/class/infiniband/*/ports/*/rate, Ethernet link speed).
+2. Expected busbw(size) = raw x ratio(size). The ratios are measured against nccl-tests on our
+   2xH200 NV18 host (REFERENCE.md): 343.7 GB/s at 4 GiB of 18 x 26.562 = 478.1 GB/s raw is
+   71.9 %, 298.3 at 256 MiB is 62.4 %, ... Sizes between points are interpolated in log2(size).
+   PCIe has one point: 26.8 GB/s at 64 MiB through host memory (P2P off) on PCIe Gen5 x16
+   (63.0 GB/s), 42.5 %; the NVLink curve is scaled to it.
+3. Where the host is exactly a measured configuration (same GPU, GPU count, links all at their
+   SKU's normal count and speed), the measured table itself is the expectation.
+4. A link below its SKU's normal count or speed lowers the raw bound (it is its own finding,
+   GF408/GF413, so the bandwidth check does not report it twice); a SKU built with fewer links
+   (H100 PCIe: 12 of 18) is normal, not degraded.
+Limits: one calibration host; NVLS/SHARP off (NCCL_NVLS_ENABLE=0 as measured); small sizes are
+latency-bound and are not judged (only sizes >= JUDGED_FROM).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpufleet.model import Facts, GpuNvLinks
+
+MIB = 1 << 20
+GIB = 1 << 30
+JUDGED_FROM = 64 * MIB  # smaller messages measure latency, not links
+FRACTION = 0.8  # measured must reach this share of the expectation
+
+# Where each number comes from (docs/smoke.md repeats this table).
+SOURCES: Mapping[str, str] = {
+    "h200x2": "REFERENCE.md, 'Measured on a 2xH200 machine (2026-11-30)': nccl-tests 2.19.6 "
+              "all_reduce_perf -b 1M -e 4G -f 4 -g 2, NCCL 2.28.9, NVLS off",
+    "p2p_off": "REFERENCE.md, second day: NCCL_P2P_DISABLE=1 -> 26.8 GB/s at 64 MiB (2xH200)",
+    "pcie": "PCI-SIG: 2.5/5/8/16/32/64 GT/s per lane for gen 1-6; 8b/10b (gen 1-2), 128b/130b "
+            "(gen 3-5), gen 6 FLIT ~ 242/256",
+    "h100_pcie": "Azure/azurehpc-health-checks#162: H100 PCIe has 12 of 18 NVLinks by design",
+    "nvlink_speeds": "nvidia-smi nvlink -s: 26.562 GB/s per NVLink4 link (H100/H200 capture), "
+                     "53.125 NVLink5 (GB200, GoogleCloudPlatform/cluster-toolkit#5942), "
+                     "25.781 NVLink2 (V100, Azure/azhpc-diagnostics#73), 25 NVLink3 (A100)",
+    "busbw": "nccl-tests doc/PERFORMANCE.md: busbw = S/t x 2(n-1)/n for all_reduce",
+}
+
+# The measured table: (GPU name, GPUs, link) -> size -> busbw GB/s.
+MEASURED: Mapping[tuple[str, int, str], Mapping[int, float]] = {
+    ("NVIDIA H200", 2, "NV18"): {
+        1 * MIB: 66.6, 4 * MIB: 119.4, 16 * MIB: 212.9, 64 * MIB: 267.8,
+        256 * MIB: 298.3, 1 * GIB: 330.3, 4 * GIB: 343.7,
+    },
+}  # fmt: skip
+H200_RAW = 18 * 26.562  # 478.116 GB/s one way per GPU
+NVLINK_RATIO: Mapping[int, float] = {
+    s: v / H200_RAW for s, v in MEASURED[("NVIDIA H200", 2, "NV18")].items()
+}
+PCIE_RATIO: Mapping[int, float] = {
+    s: r * (26.8 / 63.015) / NVLINK_RATIO[64 * MIB] for s, r in NVLINK_RATIO.items()
+}
+# GB/s per lane, one way, after line coding.
+PCIE_LANE_GBPS: Mapping[int, float] = {1: 0.25, 2: 0.5, 3: 0.9846, 4: 1.9692, 5: 3.9385,
+                                       6: 7.5625}
+
+
+@dataclass(frozen=True)
+class Sku:
+    match: str  # substring of the nvidia-smi GPU name, most specific first
+    links: int  # NVLinks active in a healthy GPU of this SKU (0: none)
+    speed_gbps: float  # per link, as nvidia-smi nvlink -s prints it
+
+
+SKUS: tuple[Sku, ...] = (
+    Sku("H100 PCIe", 12, 26.562),
+    Sku("H100", 18, 26.562),
+    Sku("H200", 18, 26.562),
+    Sku("H20", 18, 26.562),
+    Sku("GB200", 18, 53.125),
+    Sku("B200", 18, 53.125),
+    Sku("A100", 12, 25.0),
+    Sku("V100-SXM2", 6, 25.781),
+    Sku("L40", 0, 0.0),
+    Sku("L4", 0, 0.0),
+    Sku("A10", 0, 0.0),
+)
+
+
+def sku_of(name: str | None) -> Sku | None:
+    return next((s for s in SKUS if name and s.match in name), None)
+
+
+@dataclass(frozen=True)
+class HostLinks:
+    """What the model needs to know about one host's GPUs (from Facts or the smoke preflight)."""
+
+    gpu_names: tuple[str, ...] = ()
+    nvlink: tuple[GpuNvLinks, ...] = ()
+    gpu_links: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # topo -m
+    nvswitch: bool = False
+    pcie: Mapping[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    nic_gbps: tuple[float, ...] = ()  # each NIC's rate, GB/s (multinode)
+
+
+@dataclass(frozen=True)
+class LinkIssue:
+    gpu: int
+    kind: str  # "inactive" (fewer links than the SKU) | "slow" (a link below its speed)
+    detail: str
+
+
+@dataclass(frozen=True)
+class Expectation:
+    basis: str  # "nvlink" | "nvswitch" | "pcie" | "network"
+    gpus: int
+    raw_gbps: float
+    busbw_gbps: Mapping[int, float]
+    ratio: Mapping[int, float]
+    calibration: str
+    inventory: Mapping[str, Any]
+    issues: tuple[LinkIssue, ...] = ()
+
+    def judged(self) -> dict[int, float]:
+        return {s: v for s, v in self.busbw_gbps.items() if s >= JUDGED_FROM}
+
+    def evidence(self) -> dict[str, Any]:
+        return {"basis": self.basis, "gpus": self.gpus, "raw_gbps": round(self.raw_gbps, 3),
+                "expected_gbps": {str(s): round(v, 1) for s, v in self.busbw_gbps.items()},
+                "ratio": {str(s): round(v, 3) for s, v in self.ratio.items()},
+                "calibration": self.calibration, "inventory": dict(self.inventory),
+                "fraction_required": FRACTION, "judged_from_bytes": JUDGED_FROM,
+                "lowered_by": [i.detail for i in self.issues]}
+
+
+def ratio_at(curve: Mapping[int, float], size: int) -> float:
+    """The curve at `size`, linear in log2(size) between points, flat beyond them."""
+    pts = sorted(curve.items())
+    if size <= pts[0][0]:
+        return pts[0][1]
+    for (s0, r0), (s1, r1) in itertools.pairwise(pts):
+        if size <= s1:
+            t = (math.log2(size) - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+            return r0 + t * (r1 - r0)
+    return pts[-1][1]
+
+
+def pcie_gbps(gen: int | None, width: int | None) -> float | None:
+    if gen is None or width is None or gen not in PCIE_LANE_GBPS:
+        return None
+    return PCIE_LANE_GBPS[gen] * width
+
+
+def link_issues(links: HostLinks) -> tuple[LinkIssue, ...]:
+    """Links below the SKU's normal count or speed (nothing for a SKU built with fewer)."""
+    out: list[LinkIssue] = []
+    for g in links.nvlink:
+        name = links.gpu_names[g.gpu_index] if g.gpu_index < len(links.gpu_names) else None
+        sku = sku_of(name)
+        if sku is None or sku.links == 0:
+            continue
+        active = [lk for lk in g.links if lk.active]
+        if len(active) < sku.links:
+            out.append(LinkIssue(g.gpu_index, "inactive",
+                                 f"GPU {g.gpu_index}: {len(active)} of {sku.links} NVLinks "
+                                 f"active ({sku.match} normal)"))
+        slow = [lk for lk in active if lk.speed_gbps is not None
+                and lk.speed_gbps < sku.speed_gbps * 0.99]
+        if slow:
+            out.append(LinkIssue(g.gpu_index, "slow", f"GPU {g.gpu_index}: NVLink(s) "
+                                 + ", ".join(f"{lk.link} at {lk.speed_gbps:g}" for lk in slow)
+                                 + f" GB/s (normal {sku.speed_gbps:g})"))
+    return tuple(out)
+
+
+def _all_nvlink(matrix: Mapping[str, Mapping[str, str]], n: int) -> bool:
+    gpus = [f"GPU{i}" for i in range(n)]
+    return all(re.fullmatch(r"NV\d+", matrix.get(a, {}).get(b, "")) for a in gpus for b in gpus
+               if a != b)
+
+
+def expect_host(links: HostLinks, nproc: int) -> Expectation | None:
+    """The expectation for `nproc` ranks on GPUs 0..nproc-1 of one host; None when the model
+    has nothing to go on (fewer than 2 GPUs, or neither NVLink nor PCIe facts)."""
+    if nproc < 2 or len(links.gpu_names) < nproc:
+        return None
+    issues = link_issues(links)
+    per_gpu = {g.gpu_index: sum(lk.speed_gbps or 0.0 for lk in g.links if lk.active)
+               for g in links.nvlink if g.gpu_index < nproc}
+    inventory: dict[str, Any] = {
+        "gpu_names": sorted(set(links.gpu_names[:nproc])),
+        "nvlink": {str(g.gpu_index): {
+            "active": sum(lk.active for lk in g.links), "listed": len(g.links),
+            "speeds_gbps": sorted({lk.speed_gbps for lk in g.links if lk.speed_gbps})}
+            for g in links.nvlink if g.gpu_index < nproc},
+        "nvswitch": links.nvswitch,
+    }
+    nv_world = len(per_gpu) == nproc and all(v > 0 for v in per_gpu.values()) and (
+        links.nvswitch or _all_nvlink(links.gpu_links, nproc))
+    if nv_world:
+        raw = min(per_gpu.values())
+        basis, curve = ("nvswitch" if links.nvswitch else "nvlink"), NVLINK_RATIO
+        calibration = "ratio of nccl-tests busbw to raw NVLink, measured on 2xH200 NV18"
+    else:
+        rates = [pcie_gbps(*links.pcie.get(i, (None, None))) for i in range(nproc)]
+        known = [r for r in rates if r is not None]
+        if len(known) < nproc:
+            return None
+        raw, basis, curve = min(known), "pcie", PCIE_RATIO
+        inventory["pcie"] = {str(i): f"gen {links.pcie[i][0]} x{links.pcie[i][1]}"
+                             for i in range(nproc)}
+        calibration = ("NVLink ratio curve scaled to 26.8 GB/s at 64 MiB through host memory "
+                       "on PCIe Gen5 x16 (one measured point)")
+    sizes = sorted(set(curve) | {s for s in (2 * GIB, 8 * GIB)})
+    ratio = {s: ratio_at(curve, s) for s in sizes}
+    expected = {s: raw * r for s, r in ratio.items()}
+    names = set(links.gpu_names[:nproc])
+    link_type = _uniform(links.gpu_links, nproc)
+    table = MEASURED.get((names.pop(), nproc, link_type or "")) if len(names) == 1 else None
+    if table is not None and not issues and basis != "pcie":
+        expected.update(table)
+        ratio.update({s: v / raw for s, v in table.items()})
+        calibration = "the measured nccl-tests table of this exact configuration"
+    return Expectation(basis=basis, gpus=nproc, raw_gbps=raw, busbw_gbps=expected,
+                       ratio=ratio, calibration=calibration, inventory=inventory,
+                       issues=tuple(i for i in issues if i.gpu < nproc))
+
+
+def expect_world(hosts: Sequence[tuple[Expectation | None, HostLinks]]) -> Expectation | None:
+    """A multinode world: each host's own bound, and the NICs' total rate per host."""
+    if not hosts or any(e is None for e, _ in hosts):
+        return None
+    own = [e for e, _ in hosts if e is not None]
+    nets = [sum(links.nic_gbps) for _, links in hosts]
+    if any(n <= 0 for n in nets):
+        return None
+    intra = min(e.raw_gbps for e in own)
+    net = min(nets)
+    if intra <= net:
+        worst = min(own, key=lambda e: e.raw_gbps)
+        return Expectation(basis=worst.basis, gpus=sum(e.gpus for e in own), raw_gbps=intra,
+                           busbw_gbps={s: intra * r for s, r in worst.ratio.items()},
+                           ratio=dict(worst.ratio), calibration=worst.calibration,
+                           inventory={"nic_gbps_per_host": nets})
+    ratio = {s: ratio_at(NVLINK_RATIO, s) for s in own[0].ratio}
+    return Expectation(basis="network", gpus=sum(e.gpus for e in own), raw_gbps=net,
+                       busbw_gbps={s: net * r for s, r in ratio.items()}, ratio=ratio,
+                       calibration="NVLink ratio curve applied to the NICs' total rate "
+                       "(uncalibrated for networks)",
+                       inventory={"nic_gbps_per_host": nets})
+
+
+def _uniform(matrix: Mapping[str, Mapping[str, str]], n: int) -> str | None:
+    kinds = {matrix.get(f"GPU{a}", {}).get(f"GPU{b}") for a in range(n) for b in range(n)
+             if a != b}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def links_from_facts(f: Facts) -> HostLinks:
+    return HostLinks(
+        gpu_names=tuple(g.name or "" for g in f.gpus),
+        nvlink=f.nvlink,
+        gpu_links=f.topology.links if f.topology is not None else {},
+        nvswitch=f.fabric is not None and f.fabric.nvswitch_count > 0,
+        pcie={g.index: (g.pcie_gen_current, g.pcie_width_current) for g in f.gpus},
+    )
+
+
+_IB_RATE = re.compile(r"([\d.]+)\s*Gb/sec")
+
+
+def parse_nic_rates(text: str) -> tuple[float, ...]:
+    """Lines `ib mlx5_0 1 400 Gb/sec (4X NDR)` or `eth ens1 100000` (Mb/s) -> GB/s each."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "ib":
+            m = _IB_RATE.search(line)
+            if m:
+                out.append(float(m.group(1)) / 8)
+        elif len(parts) == 3 and parts[0] == "eth" and parts[2].isdigit():
+            mbps = int(parts[2])
+            if mbps > 0:
+                out.append(mbps / 8000)
+    return tuple(out)

@@ -1,0 +1,139 @@
+"""The argv that starts a smoke run on one host: setsid, the wrapper, timeout, launcher."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpufleet.smoke.hostrun import MARKER, HostRun, SmokeOptions
+
+# Sizes >= 64 MiB must reach this fraction of the expectation (the check, not the benchmark goal).
+REFERENCE_FRACTION = 0.8
+
+# The wrapper records the session (pgid), the launch time, and how the launch ended: exit
+# status, start and end (epoch s) and the host-side deadline, so that the runner knows whether
+# `timeout` really fired (ended at or after the deadline) instead of guessing from 124/137.
+WRAPPER = ('d="$1"; lim="$2"; shift 2; echo $$ > "$d/pgid"; '
+           'GPUFLEET_SMOKE_T0=$(date +%s.%N 2>/dev/null); export GPUFLEET_SMOKE_T0; '
+           's=$(date +%s); "$@" > "$d/log" 2>&1 < /dev/null; rc=$?; '
+           'echo "rc=$rc start=$s end=$(date +%s) limit=$lim" > "$d/exit"; exit $rc')
+
+
+def image_ref(h: HostRun) -> str:
+    exp = h.spec.expect
+    img = exp.pytorch_image or ""
+    return f"{img}@{exp.pytorch_image_digest}" if exp.pytorch_image_digest else img
+
+
+def python_argv(h: HostRun, args: Sequence[str]) -> list[str]:
+    """argv running `python args` in the host's smoke runtime (for the version probe)."""
+    if h.runtime == "docker":
+        return ["docker", "run", "--rm", "--network=host", "-v", f"{h.run_dir}:{h.run_dir}",
+                image_ref(h), "python", *args]
+    return [h.spec.expect.smoke_python, *args]
+
+
+def build_command(
+    h: HostRun,
+    *,
+    level: str,
+    opts: SmokeOptions,
+    nproc: int,
+    ref: Mapping[int, float] | None,
+    timeout: float,
+    rendezvous: Mapping[str, Any] | None,
+) -> list[str]:
+    """The full argv: setsid → sh (records pgid, redirects to log) → timeout → env → launcher."""
+    exp = h.spec.expect
+    h.nproc = nproc
+    pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
+    script_args = [
+        # --opt=value: a host named "-gpu1" stays a value, never an option.
+        h.script, "--run-dir", h.run_dir, "--level", level, f"--host={h.spec.name}",
+        "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
+    ]  # fmt: skip
+    # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
+    script_args += ["--smi-count", str(-1 if h.gpu_count is None else h.gpu_count)]
+    if exp.gpu_count is not None:
+        script_args += ["--expect-gpus", str(exp.gpu_count)]
+    if ref:
+        script_args += ["--reference", json.dumps({str(k): v for k, v in ref.items()}),
+                        "--ref-fraction", str(REFERENCE_FRACTION)]
+    if h.expectation is not None:
+        script_args += ["--expectation", json.dumps(h.expectation.evidence(), sort_keys=True)]
+    if exp.min_busbw_gbps is not None:
+        script_args += ["--min-busbw", str(exp.min_busbw_gbps)]
+    if opts.sizes:
+        script_args += ["--sizes", ",".join(str(s) for s in opts.sizes)]
+    if opts.bw_method != "auto":
+        script_args += ["--bw-method", opts.bw_method]
+    if opts.test_hang_rank is not None:
+        script_args += ["--test-hang-rank", str(opts.test_hang_rank),
+                        "--test-hang-phase", opts.test_hang_phase]
+    trun = [f"--nproc_per_node={nproc}", "--max_restarts=0"]
+    if rendezvous is None:
+        trun += ["--standalone", "--nnodes=1"]
+    else:
+        join = max(30, int(timeout / 3))
+        conf = f"is_host={int(bool(rendezvous['is_host']))},join_timeout={join}"
+        trun += [
+            f"--nnodes={rendezvous['nnodes']}", "--rdzv_backend=c10d",
+            f"--rdzv_endpoint={rendezvous['endpoint']}", f"--rdzv_id={rendezvous['id']}",
+            f"--rdzv_conf={conf}",
+        ]  # fmt: skip
+        if torch_at_least(h.versions.get("torch"), (2, 2)):  # pytorch#88922; surely in 2.2
+            trun.append(f"--local_addr={exp.smoke_address or h.spec.address}")
+    env = {MARKER: h.run_id, "PYTHONUNBUFFERED": "1", **opts.env}
+    iface = exp.smoke_interface or (
+        "lo" if rendezvous is not None and h.spec.address.startswith("127.") else None
+    )
+    if iface:
+        env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
+    # torchrun (multinode, images) runs under the watchdog of smoke_launch.py, beside the script.
+    watch = [launcher_path(h), "--run-dir", h.run_dir, "--level", level, "--nproc", str(nproc),
+             "--watch", "--"]
+    if h.runtime == "docker":
+        name = container_name(h)
+        inner = [
+            "docker", "run", "--rm", "--name", name, "--label", f"gpufleet.smoke={h.run_id}",
+            "--gpus", "all", "--ipc=host", "--network=host", "--ulimit", "memlock=-1",
+            "-v", f"{h.run_dir}:{h.run_dir}",
+            *(a for k, v in env.items() for a in ("-e", f"{k}={v}")), "-e", "GPUFLEET_SMOKE_T0",
+            image_ref(h), "python", *watch, "torchrun", *trun, *script_args,
+        ]  # fmt: skip
+        envs = [f"{MARKER}={h.run_id}"]
+    elif rendezvous is None and opts.launcher != "torchrun":
+        # One node: the script's own launcher starts the ranks; torchrun would first spend
+        # 3-4 s importing torch in its launcher process (benchmarks/results, 2026-11-30).
+        inner = [exp.smoke_python, h.script, "--spawn", str(nproc), *script_args[1:]]
+        envs = [f"{k}={v}" for k, v in env.items()]
+    else:
+        inner = [exp.smoke_python, *watch, exp.smoke_python, "-m", "torch.distributed.run",
+                 *trun, *script_args]
+        envs = [f"{k}={v}" for k, v in env.items()]
+    # timeout's -k leaves torchrun time to TERM its workers before KILL; the workers also carry
+    # their own deadline (--deadline-in), and the controller's cleanup kills by marker anyway.
+    limit = math.ceil(timeout) + 10
+    return ["setsid", "-w", "sh", "-c", WRAPPER, "sh", h.run_dir, str(limit),
+            "timeout", "-k", "45", str(limit), "env", *envs, *inner]  # fmt: skip
+
+
+def launcher_path(h: HostRun) -> str:
+    """smoke_launch.py sits beside the script wherever the script is (run dir or package)."""
+    return h.script.rsplit("/", 1)[0] + "/smoke_launch.py" if "/" in h.script else \
+        "smoke_launch.py"
+
+
+def torch_at_least(version: str | None, want: tuple[int, int]) -> bool:
+    """True for "2.11.0+cu130" >= (2, 2); True when unknown (assume a current torch)."""
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    return m is None or (int(m.group(1)), int(m.group(2))) >= want
+
+
+def container_name(h: HostRun) -> str:
+    return f"{h.run_id}-{''.join(c if c.isalnum() else '-' for c in h.spec.name)}"
+
+

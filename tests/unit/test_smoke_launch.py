@@ -1,0 +1,75 @@
+"""The launcher's watchdog rules, pure (no ranks): heartbeat, stall, and what never trips them."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from gpufleet.smoke import smoke_launch
+from gpufleet.smoke.smoke_launch import Watchdog, exit_info, new_kernel_lines
+
+
+def _progress(d: Path, rank: int, seq: int, state: str, phase: str = "busbw") -> None:
+    (d / f"rank{rank}.progress").write_text(json.dumps(
+        {"rank": rank, "seq": seq, "state": state, "phase": phase, "pid": os.getpid()}))
+
+
+def test_a_rank_whose_heartbeat_stopped_is_frozen(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUFLEET_SMOKE_WATCHDOG_BEAT", "2")
+    dog = Watchdog(str(tmp_path), "quick", 1)
+    _progress(tmp_path, 0, 3, "in")
+    beat = tmp_path / "rank0.beat"
+    beat.touch()
+    me = {0: os.getpid()}  # a live process in R/S state stands in for the rank
+    assert dog.check(me) is None
+    os.utime(beat, (time.time() - 5, time.time() - 5))
+    v = dog.check(me)
+    assert v is not None and v["kind"] == "frozen" and v["ranks"] == [0]
+    assert "stopped its heartbeat 5 s ago" in v["detail"]
+
+
+def test_stall_names_the_rank_behind_once_nobody_moves(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUFLEET_SMOKE_WATCHDOG_STALL", "1")
+    dog = Watchdog(str(tmp_path), "quick", 2)
+    _progress(tmp_path, 0, 7, "out")  # rank 0 is further (its collective returned at once)
+    _progress(tmp_path, 1, 5, "out", phase="allreduce_exact")
+    assert dog.check({}) is None  # first sight: progress just changed
+    dog.last_change -= 5
+    v = dog.check({})
+    assert v is not None and v["kind"] == "hung" and v["ranks"] == [1]
+    assert v["detail"] == "rank(s) 1 made no progress for 5 s while rank(s) 0 waited for them"
+
+
+def test_level_ranks_outside_collectives_are_not_hung(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """All ranks doing the same slow local work (DDP import, matmul) are not a hang; the import
+    phase gets 4x the stall limit."""
+    monkeypatch.setenv("GPUFLEET_SMOKE_WATCHDOG_STALL", "1")
+    dog = Watchdog(str(tmp_path), "quick", 2)
+    for r in (0, 1):
+        _progress(tmp_path, r, 4, "out", phase="ddp")
+    dog.check({})
+    dog.last_change -= 100
+    assert dog.check({}) is None
+    _progress(tmp_path, 0, 1, "out", phase="init")
+    _progress(tmp_path, 1, 0, "out", phase="import")
+    dog.check({})
+    dog.last_change -= 3  # < 4 x 1 s: a slow import, not yet a hang
+    assert dog.check({}) is None
+
+
+def test_exit_info_and_new_kernel_lines() -> None:
+    assert exit_info(-9) == {"exit_code": None, "signal": "SIGKILL"}
+    assert exit_info(1) == {"exit_code": 1, "signal": None}
+    got = new_kernel_lines(["[1] a"], ["[1] a", "[2] NVRM: Xid (PCI:0000:18:00): 79, x",
+                                       "[3] Out of memory: Killed process 42 (python3)"])
+    assert got["xid"] == ["[2] NVRM: Xid (PCI:0000:18:00): 79, x"]
+    assert got["oom"] == ["[3] Out of memory: Killed process 42 (python3)"]
+    assert new_kernel_lines(None, []) == {"read": False}
+    assert smoke_launch.LIMITS["quick"]["beat"] > smoke_launch.LIMITS["quick"]["stall"]
