@@ -71,3 +71,15 @@ def test_page_data_cohort_median_expected_and_families() -> None:
     assert hosts["gpu03"]["fam"]["GF1xx"] == "error" and "GF5xx" not in hosts["gpu03"]["fam"]
     assert hosts["gpu01"]["worst"] == "ok" and hosts["gpu01"]["fam"] == {}
     json.dumps(data, allow_nan=False)  # all of it is JSON the page can parse
+
+
+def test_page_plots_the_expectation_the_busbw_check_carries() -> None:
+    # As the smoke verdict publishes it (gpufleet.expect through the busbw check's data).
+    doc = _doc()
+    doc["hosts"]["gpu01"]["smoke"]["checks"] = [
+        {"name": "busbw", "passed": True, "detail": "",
+         "data": {"expectation": {"basis": "nvlink",
+                                  "expected_gbps": {str(64 << 20): 267.8, str(4 << 30): 343.7}}}}]
+    hosts = {h["name"]: h for h in page_data(doc)["hosts"]}
+    assert hosts["gpu01"]["expected"]["curve"] == [[64 << 20, 267.8], [4 << 30, 343.7]]
+    assert hosts["gpu02"]["expected"]["curve"] is None

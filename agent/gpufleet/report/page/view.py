@@ -19,7 +19,10 @@ from gpufleet.rules import FAMILIES, RULES
 
 # Keys under which an expected busbw curve (message bytes -> GB/s) may come, in the smoke result
 # or in a finding's evidence; the first that holds a mapping wins. Absent: the plot has none.
-EXPECTED_CURVE_KEYS = ("expected_busbw_gbps", "busbw_expected_gbps", "expected_curve")
+# "expected_gbps" (a size -> GB/s map) is what the busbw check's data.expectation carries
+# (gpufleet.expect, via the smoke verdict); the others are accepted from older or outside runs.
+EXPECTED_CURVE_KEYS = ("expected_gbps", "expected_busbw_gbps", "busbw_expected_gbps",
+                       "expected_curve")
 # A single expected number (GB/s) draws a flat line over the measured sizes.
 EXPECTED_VALUE_KEYS = ("expected_gbps", "expected_busbw")
 
@@ -67,6 +70,11 @@ def _expected(hdoc: Mapping[str, Any], findings: list[Mapping[str, Any]]) -> dic
     for key in ("expectation", "expected"):
         if isinstance(smoke.get(key), Mapping):
             sources.append(smoke[key])
+    for check in smoke.get("checks") or []:
+        data = check.get("data") if isinstance(check, Mapping) else None
+        if (check.get("name") == "busbw" and isinstance(data, Mapping)
+                and isinstance(data.get("expectation"), Mapping)):
+            sources.append(data["expectation"])
     sources += [f.get("evidence") or {} for f in findings]
     out: dict[str, Any] = {"curve": None, "value": None, "floor": None}
     for src in sources:
