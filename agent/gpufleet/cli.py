@@ -114,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("new", type=Path, metavar="NEW.json")
     diff.set_defaults(run=cmd_diff)
     _add_node_check(sub)
+    _add_ansible_report(sub)
     smoke.add_argument("--slurm", action="store_true",
                        help="inside a Slurm allocation: one world over the allocated nodes, "
                             "launched with srun (implies --multinode; -i is not used)")
@@ -461,6 +462,45 @@ def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
     report = Report(hosts=results, specs=specs, generated_at=_now(), level=args.level)
     report = dataclasses.replace(report, findings=evaluate(report))
     report = dataclasses.replace(report, summary=summarize(report))
+    tty = args.output is None and sys.stdout.isatty()
+    _emit(render(report, Format(args.format), color=tty, width=120), args.output)
+    return exit_code(report.findings, args.fail_on)
+
+
+# --------------------------------------------------------------------------- Ansible/AWX path
+
+
+def _add_ansible_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "ansible-report", help="the report over a playbook run's gpufleet.gpu.gpu_facts results",
+        description="Judge gpufleet.gpu.gpu_facts results gathered by Ansible/AWX: a callback "
+                    "or verify-playbook dump ({host: result}), an `ansible -t` directory, "
+                    "ansible-runner job_events, or AWX job events JSON.")
+    p.add_argument("results", type=Path, metavar="FILE|DIR")
+    p.add_argument("--format", choices=FORMATS, default="table", help="report format")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="write the report to FILE instead of stdout")
+    p.add_argument("--fail-on", choices=("error", "warning", "info"), default="error",
+                   help="exit 1 when a finding is at or above this severity (default error)")
+    p.set_defaults(run=cmd_ansible_report)
+
+
+def cmd_ansible_report(args: argparse.Namespace) -> int:
+    from gpufleet.ansible_results import (  # noqa: PLC0415
+        AnsibleResultsError,
+        expectations,
+        load_ansible_results,
+        report_from_results,
+    )
+    from gpufleet.nodecheck import ExpectError  # noqa: PLC0415
+    from gpufleet.report import Format, exit_code, render  # noqa: PLC0415
+
+    try:
+        results = load_ansible_results(args.results)
+        report = report_from_results(results, generated_at=_now(),
+                                     expect=expectations(args.results))
+    except (AnsibleResultsError, ExpectError) as exc:
+        raise UsageError(str(exc)) from exc
     tty = args.output is None and sys.stdout.isatty()
     _emit(render(report, Format(args.format), color=tty, width=120), args.output)
     return exit_code(report.findings, args.fail_on)
