@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import sys
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -433,6 +434,9 @@ def cmd_node_check(args: argparse.Namespace) -> int:
                             smoke_timeout=args.smoke_timeout, force=args.force,
                             generated_at=_now())
     if args.slurm_drain:
+        # slurmd kills a health check after 60 s with SIGTERM: unwind (clear a pending breaker
+        # claim in Slurm) instead of dying in the middle.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_INTERRUPTED))
         extra = slurm_findings(name, report.findings, fail_on=args.fail_on,
                                share=args.breaker_share, window_s=args.breaker_window)
         report = dataclasses.replace(report, findings=sort_findings([*report.findings, *extra]))

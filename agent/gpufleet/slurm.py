@@ -1,21 +1,25 @@
 """Slurm as the engine: drain and resume a node from its own health check, with a circuit breaker.
 
-Everything that decides is pure (`parse_sinfo`, `drain_reason`, `plan`, `settle`); `SlurmNode`
+Everything that decides is pure (`parse_sinfo`, `drain_reason`, `plan`, `decide`); `SlurmNode`
 runs the few commands (`sinfo`, `scontrol update`) and applies the plan. gpufleet only touches
 drains it wrote itself: a drain reason that does not start with `gpufleet:` is never changed,
 and only such a drain is ever resumed.
 
-The circuit breaker keeps its state in Slurm's own reason field: a drain written by gpufleet
-carries Slurm's reason timestamp, so "how many nodes of this partition did gpufleet drain within
-the window" is one `sinfo` away on every node, with no shared file. Health checks run on all
-nodes at once (Slurm's default), so the count is taken twice: before draining (no drain at all
-when the budget is spent) and again after draining, once the controller's clock has moved past
-the drain's timestamp. By then every drain that sorts earlier (by reason time, then node name)
-is visible; a node whose own drain falls outside the first `limit` of that order takes it back.
+The circuit breaker keeps its state in Slurm itself, with no shared file: a drain written by
+gpufleet carries Slurm's reason timestamp, so "how many nodes of this partition did gpufleet drain
+within the window" is one `sinfo` away on every node. Slurm starts health checks on all nodes at
+once, so several nodes may decide at the same moment. Before draining, a node therefore stakes a
+claim in its own node Comment (`gpufleet-claim:<epoch>`). A claim is valid only if Slurm stored it
+within CLAIM_LANDED_S of its stamp (checked by the claimant, which otherwise claims anew), and a
+node decides only SETTLE_S after its own stamp, so every valid claim stamped before its own is
+visible by then. It drains only if the drains in the window plus the claims ordered before its
+own (stamp, then node name) leave room; then it clears the claim. No node drains past the limit,
+not even for a moment (clocks are assumed NTP-synchronised to well under a second).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import re
@@ -30,7 +34,11 @@ from gpufleet.model import SEVERITY_ORDER, Finding
 REASON_PREFIX = "gpufleet:"
 REASON_MAX = 200  # Slurm keeps long reasons, but sinfo/squeue columns and humans do not
 SINFO_FORMAT = "%N|%P|%T|%H|%E"  # reason last: it may contain the separator
-SETTLE_S = 1.2  # Slurm's reason timestamps have 1 s resolution (see the module docstring)
+CLAIM_PREFIX = "gpufleet-claim:"
+CLAIM_LANDED_S = 2.0  # a claim counts only if Slurm stored it within this time of its stamp
+SETTLE_S = 2.5  # from a claim's stamp to reading everyone's: > CLAIM_LANDED_S
+CLAIM_TRIES = 3
+CLAIM_TTL_S = 300.0  # an older claim is a check that died between claiming and clearing
 
 Action = Literal["none", "drain", "keep", "resume", "leave", "breaker", "error"]
 
@@ -46,6 +54,8 @@ class NodeState:
     state: str  # sinfo %T, e.g. "idle", "drained", "draining", "mixed", "down*"
     reason: str | None = None
     reason_time: dt.datetime | None = None  # naive, the controller's local time
+    claim: float | None = None  # epoch seconds of a pending gpufleet claim (node Comment)
+    comment: str = ""  # the node Comment (read only with claims=True)
 
     @property
     def drained(self) -> bool:
@@ -86,6 +96,25 @@ def parse_sinfo(text: str) -> dict[str, NodeState]:
             reason_time=_timestamp(stamp),
         )
     return nodes
+
+
+_CLAIM = re.compile(re.escape(CLAIM_PREFIX) + r"(\d+(?:\.\d+)?)")
+
+
+def parse_comments(text: str) -> dict[str, str]:
+    """`sinfo -h -N -O NodeList:|,Comment:` → node -> Comment ("" for none)."""
+    comments: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, comment = line.partition("|")
+        comment = comment.strip()
+        if sep and name.strip():
+            comments[name.strip()] = "" if comment in ("(null)", "") else comment
+    return comments
+
+
+def claim_of(comment: str) -> float | None:
+    m = _CLAIM.search(comment)
+    return float(m.group(1)) if m else None
 
 
 def _timestamp(text: str) -> dt.datetime | None:
@@ -169,27 +198,30 @@ def plan(node: str, nodes: Mapping[str, NodeState], reason: str | None, *, share
     return Plan("drain", node, reason=reason, budget=budget, detail=f"draining {node}: {reason}")
 
 
-def settle(node: str, nodes: Mapping[str, NodeState], *, share: float, window_s: float,
-           now: dt.datetime) -> Plan:
-    """After draining: keep the drain only if it is among the first `limit` of every partition."""
+def decide(node: str, nodes: Mapping[str, NodeState], claim: float, *, share: float,
+           window_s: float, now: dt.datetime, now_epoch: float) -> Plan:
+    """After claiming at `claim` (epoch) and waiting SETTLE_S: drain only if the partition's
+    drains within the window plus the live claims ordered before ours leave room."""
     me = nodes.get(node)
-    if me is None or not me.ours:
-        return Plan("error", node, detail=f"the drain of {node} did not show in sinfo")
+    if me is None:
+        return Plan("error", node, detail=f"{node} vanished from sinfo while claiming")
     since = now - dt.timedelta(seconds=window_s)
     sizes = _sizes(nodes)
     budget, spent = {}, {}
     for p in me.partitions:
-        order = [n.name for n in _recent_drains(nodes, p, since)]
+        drained = {n.name for n in _recent_drains(nodes, p, since) if n.name != node}
+        ahead = {n.name for n in nodes.values()
+                 if p in n.partitions and n.name != node and n.claim is not None
+                 and n.claim > now_epoch - CLAIM_TTL_S and (n.claim, n.name) < (claim, node)}
+        names = tuple(sorted(drained | ahead))
         limit = breaker_limit(sizes[p], share)
-        earlier = tuple(order[: order.index(node)]) if node in order else tuple(order)
-        budget[p] = (limit, earlier)
-        if len(earlier) >= limit:
-            spent[p] = (limit, earlier)
+        budget[p] = (limit, names)
+        if len(names) >= limit:
+            spent[p] = (limit, names)
     if spent:
-        return Plan("breaker", node, reason=me.reason, budget=budget,
+        return Plan("breaker", node, budget=budget,
                     detail=_breaker_sentence(node, spent, share, window_s))
-    return Plan("drain", node, reason=me.reason, budget=budget,
-                detail=f"drained {node}: {me.reason}")
+    return Plan("drain", node, budget=budget)
 
 
 def _breaker_sentence(node: str, spent: Mapping[str, tuple[int, tuple[str, ...]]],
@@ -219,16 +251,28 @@ class SlurmNode:
     """The Slurm commands node-check needs, for one node."""
 
     def __init__(self, node: str, *, runner: Runner = run_command,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.time) -> None:
         self.node = node
         self._run = runner
         self._sleep = sleep
+        self._clock = clock
 
-    def nodes(self) -> dict[str, NodeState]:
+    def nodes(self, *, claims: bool = False) -> dict[str, NodeState]:
         res = self._run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT])
         if res.returncode != 0:
             raise SlurmError(f"sinfo exited {res.returncode}: {res.stderr.strip()[:300]}")
-        return parse_sinfo(res.stdout)
+        nodes = parse_sinfo(res.stdout)
+        if not claims:
+            return nodes
+        # A separate call: a Comment is free text and may hold the separator.
+        res = self._run(["sinfo", "-h", "-N", "-O", "NodeList:|,Comment:"])
+        if res.returncode != 0:
+            raise SlurmError(f"sinfo exited {res.returncode}: {res.stderr.strip()[:300]}")
+        found = parse_comments(res.stdout)
+        return {n: dataclasses.replace(s, comment=found.get(n, ""),
+                                       claim=claim_of(found.get(n, "")))
+                for n, s in nodes.items()}
 
     def _update(self, *settings: str) -> None:
         res = self._run(["scontrol", "update", f"NodeName={self.node}", *settings])
@@ -251,21 +295,34 @@ class SlurmNode:
                 self.resume()
             if first.action != "drain" or first.reason is None:
                 return first
-            self.drain(first.reason)
-            self._sleep(SETTLE_S)
-            second = settle(self.node, self.nodes(), share=share, window_s=window_s,
-                            now=dt.datetime.now())
-            if second.action == "breaker":
-                self._take_back()
-            return second
+            return self._claim_and_drain(first.reason, share=share, window_s=window_s)
         except SlurmError as exc:
             return Plan("error", self.node, reason=reason, detail=str(exc))
 
-    def _take_back(self) -> None:
-        """Resume our own drain, unless someone replaced its reason meanwhile."""
-        me = self.nodes().get(self.node)
-        if me is not None and me.ours:
-            self.resume()
+    def _claim_and_drain(self, reason: str, *, share: float, window_s: float) -> Plan:
+        # The claim goes next to whatever Comment an admin left, which is put back afterwards.
+        mine = self.nodes(claims=True).get(self.node)
+        original = _CLAIM.sub("", mine.comment if mine else "").strip()
+        try:
+            for _ in range(CLAIM_TRIES):
+                claim = round(self._clock(), 3)
+                self._update("Comment=" + f"{original} {CLAIM_PREFIX}{claim:.3f}".strip())
+                if self._clock() - claim <= CLAIM_LANDED_S:
+                    break
+            else:
+                return Plan("error", self.node, reason=reason,
+                            detail=f"Slurm took more than {CLAIM_LANDED_S:g} s to store the "
+                            f"breaker claim, {CLAIM_TRIES} times; not draining {self.node}")
+            self._sleep(max(0.0, claim + SETTLE_S - self._clock()))
+            second = decide(self.node, self.nodes(claims=True), claim, share=share,
+                            window_s=window_s, now=dt.datetime.now(), now_epoch=self._clock())
+            if second.action != "drain":
+                return dataclasses.replace(second, reason=reason)
+            self.drain(reason)
+            return dataclasses.replace(second, reason=reason,
+                                       detail=f"drained {self.node}: {reason}")
+        finally:
+            self._update(f"Comment={original}")
 
 
 def plan_evidence(p: Plan) -> dict[str, object]:

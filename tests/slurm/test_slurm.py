@@ -69,7 +69,8 @@ def _report(c: slurmlib.Cluster, node: str) -> tuple[float, dict[str, Any]] | No
         return None
 
 
-def _until(what: str, ok: Callable[[], bool], c: slurmlib.Cluster, timeout: float = 40) -> None:
+# Generous: on an oversubscribed machine one health check can take tens of seconds.
+def _until(what: str, ok: Callable[[], bool], c: slurmlib.Cluster, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not ok():
         if time.monotonic() > deadline:
@@ -87,7 +88,7 @@ def _runs_after(c: slurmlib.Cluster, node: str, since: float, count: int = 1) ->
             seen.append(r[0])
         return len(seen) >= count
 
-    _until(f"{count} health check run(s) of {node}", ok, c, timeout=INTERVAL * (count + 1) + 30)
+    _until(f"{count} health check run(s) of {node}", ok, c, timeout=INTERVAL * (count + 1) + 90)
 
 
 def _rules(c: slurmlib.Cluster, node: str) -> set[str]:
@@ -199,11 +200,13 @@ def test_breaker_drains_at_most_half_of_the_partition(cluster: slurmlib.Cluster)
     faulty = ("node1", "node2", "node3")
     for node in faulty:
         cluster.set_profile(node, FAULT)
-    most = 0
+    most, seen = 0, []
     try:
         def two_drained() -> bool:
             nonlocal most
             ours = _ours(cluster)
+            if len(ours) > most:
+                seen.append((time.time(), ours))
             most = max(most, len(ours))
             return len(ours) == 2
 
@@ -215,8 +218,14 @@ def test_breaker_drains_at_most_half_of_the_partition(cluster: slurmlib.Cluster)
         for _ in range(2):
             _runs_after(cluster, spared, t)
             t = time.time()
-            most = max(most, len(_ours(cluster)))
-        assert most <= 2, most
+            now = _ours(cluster)
+            if len(now) > most:
+                seen.append((t, now))
+            most = max(most, len(now))
+        if most > 2:
+            why = {n: [(f["rule"], f["message"]) for f in (_report(cluster, n) or (0, {
+                "findings": []}))[1]["findings"] if f["rule"].startswith("GF9")] for n in faulty}
+            pytest.fail(f"{most} drained at once: {seen}; last GF9xx: {why}")
         assert _ours(cluster) == drained
         r = _report(cluster, spared)
         assert r is not None
@@ -226,6 +235,9 @@ def test_breaker_drains_at_most_half_of_the_partition(cluster: slurmlib.Cluster)
         assert sorted(tripped[0]["evidence"]["budget"]["gpu"]["drained"]) == drained
         assert tripped[0]["evidence"]["budget"]["gpu"]["limit"] == 2
         assert "node4" not in drained
+        # Every claim was cleared again (the node Comment is back to what it was: empty).
+        comments = cluster.run(["sinfo", "-h", "-N", "-O", "NodeList:|,Comment:"]).stdout
+        assert "gpufleet-claim" not in comments, comments
     finally:
         for node in faulty:
             cluster.set_profile(node, "h200x2")

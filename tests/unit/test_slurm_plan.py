@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import subprocess
 from collections.abc import Sequence
@@ -14,10 +15,12 @@ from gpufleet.slurm import (
     NodeState,
     SlurmNode,
     breaker_limit,
+    claim_of,
+    decide,
     drain_reason,
+    parse_comments,
     parse_sinfo,
     plan,
-    settle,
 )
 
 NOW = dt.datetime(2026, 11, 30, 10, 0, 0)
@@ -90,25 +93,44 @@ def test_breaker_counts_only_gpufleet_drains_inside_the_window() -> None:
                 now=NOW).action == "drain"
 
 
-def _drained(names: Sequence[str], t: dt.datetime) -> dict[str, NodeState]:
+def _cluster(drained: Sequence[str] = (), claims: dict[str, float] | None = None,
+             t: dt.datetime = NOW) -> dict[str, NodeState]:
     nodes = {f"node{i}": NodeState(f"node{i}", ("gpu",), "idle") for i in range(1, 5)}
-    for n in names:
+    for n in drained:
         nodes[n] = NodeState(n, ("gpu",), "drained", "gpufleet: GF402 x", t)
+    for n, c in (claims or {}).items():
+        nodes[n] = dataclasses.replace(nodes[n], claim=c)
     return nodes
 
 
-def test_simultaneous_drains_settle_to_the_limit() -> None:
-    """Three checks drained in the same second, each saw none before: the order (time, name)
-    keeps the first two, the third takes its drain back."""
-    t = NOW - dt.timedelta(seconds=2)
-    after = _drained(["node1", "node2", "node3"], t)
-    verdicts = {n: settle(n, after, share=0.5, window_s=3600, now=NOW).action
-                for n in ("node1", "node2", "node3")}
-    assert verdicts == {"node1": "drain", "node2": "drain", "node3": "breaker"}
+def test_comments_carry_claims_next_to_an_admins_text() -> None:
+    comments = parse_comments("node1|rack 7 gpufleet-claim:1764500000.250\nnode2|(null)\n")
+    assert comments == {"node1": "rack 7 gpufleet-claim:1764500000.250", "node2": ""}
+    assert claim_of(comments["node1"]) == 1764500000.25 and claim_of("rack 7") is None
+
+
+def test_simultaneous_claims_let_exactly_the_limit_drain() -> None:
+    """Three checks claimed within the same few milliseconds: (claim time, name) orders them;
+    the first two drain, the third trips the breaker, and no drain ever happens beyond it."""
+    epoch = 1764500000.0
+    claims = {"node1": epoch + 0.002, "node2": epoch + 0.001, "node3": epoch + 0.001}
+    nodes = _cluster(claims=claims)
+    verdicts = {n: decide(n, nodes, c, share=0.5, window_s=3600, now=NOW,
+                          now_epoch=epoch + 1.5).action for n, c in claims.items()}
+    assert verdicts == {"node2": "drain", "node3": "drain", "node1": "breaker"}
+    # The first one has already drained and cleared its claim: it still counts.
+    later = _cluster(drained=["node2"], claims={"node3": claims["node3"],
+                                                "node1": claims["node1"]})
+    assert decide("node1", later, claims["node1"], share=0.5, window_s=3600, now=NOW,
+                  now_epoch=epoch + 1.5).action == "breaker"
+    # A claim left behind by a check that died long ago does not block anyone.
+    stale = _cluster(claims={"node4": epoch - 600})
+    assert decide("node1", stale, epoch, share=0.25, window_s=3600, now=NOW,
+                  now_epoch=epoch + 1.5).action == "drain"
 
 
 class Recorder:
-    """A fake for the two Slurm commands: sinfo answers from a state that updates change."""
+    """A fake for the Slurm commands: sinfo answers from a state that updates change."""
 
     def __init__(self, nodes: dict[str, NodeState]) -> None:
         self.nodes = nodes
@@ -116,32 +138,69 @@ class Recorder:
 
     def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(argv))
+        if argv[0] == "sinfo" and "-O" in argv:
+            lines = [f"{n.name}|{n.comment or '(null)'}" for n in self.nodes.values()]
+            return subprocess.CompletedProcess(argv, 0, "\n".join(lines), "")
         if argv[0] == "sinfo":
             lines = [f"{n.name}|{','.join(n.partitions)}|{n.state}|"
                      f"{n.reason_time.isoformat() if n.reason_time else 'Unknown'}|"
                      f"{n.reason or 'none'}" for n in self.nodes.values()]
             return subprocess.CompletedProcess(argv, 0, "\n".join(lines), "")
-        name = argv[2].split("=", 1)[1]
-        if argv[3] == "State=DRAIN":
-            self.nodes[name] = NodeState(name, ("gpu",), "drained", argv[4].split("=", 1)[1],
-                                         dt.datetime.now().replace(microsecond=0))
-        elif argv[3] == "State=RESUME":
-            self.nodes[name] = NodeState(name, ("gpu",), "idle")
+        name, (key, _, value) = argv[2].split("=", 1)[1], argv[3].partition("=")
+        old = self.nodes[name]
+        if key == "Comment":
+            self.nodes[name] = dataclasses.replace(old, comment=value)
+        elif value == "DRAIN":
+            self.nodes[name] = dataclasses.replace(
+                old, state="drained", reason=argv[4].split("=", 1)[1],
+                reason_time=dt.datetime.now().replace(microsecond=0))
+        elif value == "RESUME":
+            self.nodes[name] = dataclasses.replace(old, state="idle", reason=None,
+                                                   reason_time=None)
         return subprocess.CompletedProcess(argv, 0, "", "")
 
 
-def test_apply_drains_then_settles_and_takes_back_over_the_limit() -> None:
-    now = dt.datetime.now().replace(microsecond=0)
-    # Two other checks landed in the same second as ours, after our first look.
-    fake = Recorder(_drained([], now))
-    node = SlurmNode("node3", runner=fake, sleep=lambda s: fake.nodes.update(
-        _drained(["node1", "node2", "node3"], now)))
+def test_apply_claims_waits_and_trips_when_earlier_claims_fill_the_budget() -> None:
+    fake = Recorder(_cluster())
+    fake.nodes["node3"] = dataclasses.replace(fake.nodes["node3"], comment="rack 7")
+    clock = iter([1000.0, 1000.1, 1000.2, 1002.6])  # stamp, stored, before sleep, decide
+
+    def others_claim_meanwhile(_: float) -> None:  # two checks claimed just before ours
+        for n, c in (("node1", 999.9), ("node2", 999.95)):
+            fake.nodes[n] = dataclasses.replace(fake.nodes[n],
+                                                comment=f"gpufleet-claim:{c:.3f}")
+
+    node = SlurmNode("node3", runner=fake, sleep=others_claim_meanwhile,
+                     clock=lambda: next(clock))
     p = node.apply("gpufleet: GF402 x", share=0.5, window_s=3600)
-    assert p.action == "breaker"
-    assert ["scontrol", "update", "NodeName=node3", "State=DRAIN",
-            "Reason=gpufleet: GF402 x"] in fake.calls
-    assert fake.calls[-1] == ["scontrol", "update", "NodeName=node3", "State=RESUME"]
+    assert p.action == "breaker" and p.budget["gpu"] == (2, ("node1", "node2"))
+    assert ["scontrol", "update", "NodeName=node3", "Comment=rack 7 gpufleet-claim:1000.000"] \
+        in fake.calls
+    assert not any("State=DRAIN" in c for c in fake.calls)  # never drained, not even briefly
+    assert fake.calls[-1] == ["scontrol", "update", "NodeName=node3", "Comment=rack 7"]
     assert fake.nodes["node3"].state == "idle"
+
+
+def test_apply_drains_when_there_is_room() -> None:
+    fake = Recorder(_cluster())
+    p = SlurmNode("node1", runner=fake, sleep=lambda s: None).apply(
+        "gpufleet: GF402 x", share=0.5, window_s=3600)
+    assert p.action == "drain", p
+    assert fake.nodes["node1"].state == "drained"
+    assert fake.nodes["node1"].reason == "gpufleet: GF402 x" and fake.nodes["node1"].comment == ""
+
+
+def test_a_claim_stored_too_late_is_made_again_or_not_at_all() -> None:
+    """A claim Slurm stored long after its stamp may be invisible to a node that decided in
+    between: the claimant must not drain on it."""
+    fake = Recorder(_cluster())
+    stamps = iter([1000.0, 1003.0, 1010.0, 1013.0, 1020.0, 1023.0])  # each stored 3 s late
+    p = SlurmNode("node1", runner=fake, sleep=lambda s: None, clock=lambda: next(stamps)).apply(
+        "gpufleet: GF402 x", share=0.5, window_s=3600)
+    assert p.action == "error" and "to store the breaker claim, 3 times" in p.detail
+    assert fake.nodes["node1"].state == "idle" and fake.nodes["node1"].comment == ""
+    claims = [c for c in fake.calls if c[-1].startswith("Comment=gpufleet-claim:")]
+    assert len(claims) == 3
 
 
 def test_apply_failure_is_a_plan_not_an_exception() -> None:
