@@ -27,6 +27,10 @@ EXPECT_KEYS = frozenset({
 })  # fmt: skip
 
 
+# What node-check --slurm-drain did in Slurm: written by slurm_findings, never by rules.evaluate.
+SLURM_RULES = frozenset({"GF901", "GF902", "GF903", "GF904", "GF905"})
+
+
 class ExpectError(Exception):
     """The expectations file cannot be used; the message says why."""
 

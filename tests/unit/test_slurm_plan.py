@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from gpufleet import nodecheck, slurm
 from gpufleet.model import Finding
 from gpufleet.slurm import (
     NodeState,
@@ -210,3 +211,31 @@ def test_apply_failure_is_a_plan_not_an_exception() -> None:
 
     p = SlurmNode("node1", runner=broken).apply("gpufleet: GF402 x", share=0.5, window_s=60)
     assert p.action == "error" and "Unable to contact slurm controller" in p.detail
+
+
+@pytest.mark.parametrize(("nodes", "reason", "rule"), [
+    (_cluster(drained=["node2", "node3"], t=dt.datetime.now().replace(microsecond=0)),
+     "gpufleet: GF402 x", "GF901"),  # drained just now: inside the window
+    (_cluster(), "gpufleet: GF402 x", "GF902"),
+    (_cluster(drained=["node1"]), None, "GF903"),
+    ({**_cluster(), "node1": NodeState("node1", ("gpu",), "drained", "maintenance")}, None,
+     "GF904"),
+    ({}, None, "GF905"),
+])  # fmt: skip
+def test_every_slurm_outcome_is_a_finding_with_a_filled_remediation(
+        monkeypatch: pytest.MonkeyPatch, nodes: dict[str, NodeState], reason: str | None,
+        rule: str) -> None:
+    fake = Recorder(dict(nodes))
+    real = slurm.SlurmNode
+
+    def fake_node(name: str) -> slurm.SlurmNode:
+        return real(name, runner=fake, sleep=lambda s: None)
+
+    monkeypatch.setattr(slurm, "SlurmNode", fake_node)
+    findings = (_err(),) if reason else ()
+    found = nodecheck.slurm_findings("node1", findings, fail_on="error", share=0.5,
+                                     window_s=3600)
+    assert [f.rule for f in found] == [rule]
+    assert rule in nodecheck.SLURM_RULES
+    assert found[0].hosts == ("node1",) and found[0].message
+    assert "?" not in found[0].remediation and "node1" in found[0].remediation
