@@ -229,6 +229,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     if getattr(args, "slurm", False):
         return _cmd_smoke_slurm(args)
+    if getattr(args, "expect", None) is not None:
+        raise UsageError("--expect goes with --slurm (with -i, the inventory has the variables)")
     specs = _specs(args)
     results = run_check(
         specs, level=args.level, multinode=args.multinode, force=args.force, forks=args.forks,
