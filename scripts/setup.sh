@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 need=()
 for pkg in python3 python3-venv python3-pip openssh-server openssh-client debootstrap iproute2 procps \
-           util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev; do
+           util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev \
+           slurmctld slurmd slurm-client munge; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections import Counter
@@ -139,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the run store written by --save DIR (default $GPUFLEET_STORE)")
     history.add_argument("--format", choices=("table", "json"), default="table")
     history.set_defaults(run=cmd_history)
+    _add_node_check(sub)
+    _add_ansible_report(sub)
+    smoke.add_argument("--slurm", action="store_true",
+                       help="inside a Slurm allocation: one world over the allocated nodes, "
+                            "launched with srun (implies --multinode; -i is not used)")
+    smoke.add_argument("--expect", type=Path, metavar="FILE",
+                       help="with --slurm: expectations file (inventory variables) for the nodes")
     return parser
 
 
@@ -253,6 +261,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     from gpufleet.report import Format, exit_code, render_doc, summarize  # noqa: PLC0415
     from gpufleet.rules import evaluate  # noqa: PLC0415
 
+    if getattr(args, "slurm", False):
+        return _cmd_smoke_slurm(args)
+    if getattr(args, "expect", None) is not None:
+        raise UsageError("--expect goes with --slurm (with -i, the inventory has the variables)")
     specs = _specs(args)
     results = run_check(
         specs, level=args.level, multinode=args.multinode, force=args.force, forks=args.forks,
@@ -504,3 +516,153 @@ def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
         console.print(entry)
     # rich pads every cell; trailing blanks only get in the way of diffs and golden files.
     return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
+
+
+# --------------------------------------------------------------------------- node-local mode
+
+
+def _add_node_check(sub: Any) -> None:
+    p = sub.add_parser(
+        "node-check", help="check this node (Slurm HealthCheckProgram / prolog)",
+        description="Check this machine through the local transport; with --slurm-drain, "
+                    "drain or resume it in Slurm. Exit 0 healthy, 1 findings at or above "
+                    "--fail-on, 2 usage error.")
+    p.add_argument("--expect", type=Path, metavar="FILE",
+                   help="expectations rendered by the roles (inventory variables); without "
+                        "it only rules that need neither expectations nor peers apply")
+    p.add_argument("--level", choices=("facts", "quick"), default="facts",
+                   help="facts (default, about a second) or quick (adds the smoke test)")
+    p.add_argument("--slurm-drain", action="store_true",
+                   help="drain this node on findings at or above --fail-on (reason "
+                        "'gpufleet: GFxxx message'); resume it when healthy, if the drain "
+                        "was gpufleet's")
+    p.add_argument("--node", metavar="NAME",
+                   help="Slurm node name (default: $SLURMD_NODENAME, else the hostname)")
+    p.add_argument("--fail-on", choices=("error", "warning", "info"), default="error",
+                   help="severity that fails (exit 1) and drains (default error)")
+    p.add_argument("--breaker-share", type=_share, default=0.1, metavar="F",
+                   help="drain at most this share of a partition (at least one node) within "
+                        "--breaker-window (default 0.1)")
+    p.add_argument("--breaker-window", type=_positive(float), default=3600.0, metavar="S",
+                   help="circuit breaker window in seconds (default 3600)")
+    p.add_argument("--format", choices=FORMATS, default="table", help="report format")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="write the report to FILE instead of stdout")
+    p.add_argument("--timeout", type=_positive(float), default=30.0, metavar="S",
+                   help="seconds for the fact probe (default 30)")
+    p.add_argument("--smoke-timeout", type=_positive(float), default=300.0, metavar="S",
+                   help="seconds for the smoke test at --level quick (default 300)")
+    p.add_argument("--force", action="store_true",
+                   help="run the smoke test even where GPUs are busy")
+    p.set_defaults(run=cmd_node_check)
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1]: {text!r}")
+    return value
+
+
+def cmd_node_check(args: argparse.Namespace) -> int:
+    import dataclasses  # noqa: PLC0415
+
+    from gpufleet.nodecheck import (  # noqa: PLC0415
+        ExpectError,
+        load_expectations,
+        node_name,
+        node_spec,
+        run_node_check,
+        slurm_findings,
+    )
+    from gpufleet.report import Format, exit_code, render, summarize  # noqa: PLC0415
+    from gpufleet.rules import sort_findings  # noqa: PLC0415
+
+    if args.output is not None and not args.output.parent.is_dir():
+        raise UsageError(f"cannot write {args.output}: {args.output.parent} is not a directory")
+    name = node_name(args.node)
+    try:
+        spec = node_spec(name, load_expectations(args.expect))
+    except ExpectError as exc:
+        raise UsageError(str(exc)) from exc
+    report = run_node_check(spec, level=args.level, timeout=args.timeout,
+                            smoke_timeout=args.smoke_timeout, force=args.force,
+                            generated_at=_now())
+    if args.slurm_drain:
+        # slurmd kills a health check after 60 s with SIGTERM: unwind (clear a pending breaker
+        # claim in Slurm) instead of dying in the middle.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_INTERRUPTED))
+        extra = slurm_findings(name, report.findings, fail_on=args.fail_on,
+                               share=args.breaker_share, window_s=args.breaker_window)
+        report = dataclasses.replace(report, findings=sort_findings([*report.findings, *extra]))
+    report = dataclasses.replace(report, summary=summarize(report))
+    tty = args.output is None and sys.stdout.isatty()
+    _emit(render(report, Format(args.format), color=tty, width=120), args.output)
+    return exit_code(report.findings, args.fail_on)
+
+
+def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
+    import dataclasses  # noqa: PLC0415
+
+    from gpufleet.nodecheck import ExpectError, load_expectations  # noqa: PLC0415
+    from gpufleet.report import Format, exit_code, render, summarize  # noqa: PLC0415
+    from gpufleet.rules import evaluate  # noqa: PLC0415
+    from gpufleet.slurm_smoke import AllocationError, run_slurm_smoke  # noqa: PLC0415
+
+    if args.inventory:
+        raise UsageError("--slurm takes its nodes from the allocation, not from -i")
+    try:
+        results, specs = run_slurm_smoke(
+            load_expectations(args.expect), level=args.level,
+            timeout=args.smoke_timeout or SMOKE_TIMEOUT.get(args.level, 300.0),
+            probe_timeout=args.timeout, force=args.force)
+    except (AllocationError, ExpectError) as exc:
+        raise UsageError(str(exc)) from exc
+    report = Report(hosts=results, specs=specs, generated_at=_now(), level=args.level)
+    report = dataclasses.replace(report, findings=evaluate(report))
+    report = dataclasses.replace(report, summary=summarize(report))
+    tty = args.output is None and sys.stdout.isatty()
+    _emit(render(report, Format(args.format), color=tty, width=120), args.output)
+    return exit_code(report.findings, args.fail_on)
+
+
+# --------------------------------------------------------------------------- Ansible/AWX path
+
+
+def _add_ansible_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "ansible-report", help="the report over a playbook run's gpufleet.gpu.gpu_facts results",
+        description="Judge gpufleet.gpu.gpu_facts results gathered by Ansible/AWX: a callback "
+                    "or verify-playbook dump ({host: result}), an `ansible -t` directory, "
+                    "ansible-runner job_events, or AWX job events JSON.")
+    p.add_argument("results", type=Path, metavar="FILE|DIR")
+    p.add_argument("--format", choices=FORMATS, default="table", help="report format")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE",
+                   help="write the report to FILE instead of stdout")
+    p.add_argument("--fail-on", choices=("error", "warning", "info"), default="error",
+                   help="exit 1 when a finding is at or above this severity (default error)")
+    p.set_defaults(run=cmd_ansible_report)
+
+
+def cmd_ansible_report(args: argparse.Namespace) -> int:
+    from gpufleet.ansible_results import (  # noqa: PLC0415
+        AnsibleResultsError,
+        expectations,
+        load_ansible_results,
+        report_from_results,
+    )
+    from gpufleet.nodecheck import ExpectError  # noqa: PLC0415
+    from gpufleet.report import Format, exit_code, render  # noqa: PLC0415
+
+    try:
+        results = load_ansible_results(args.results)
+        report = report_from_results(results, generated_at=_now(),
+                                     expect=expectations(args.results))
+    except (AnsibleResultsError, ExpectError) as exc:
+        raise UsageError(str(exc)) from exc
+    tty = args.output is None and sys.stdout.isatty()
+    _emit(render(report, Format(args.format), color=tty, width=120), args.output)
+    return exit_code(report.findings, args.fail_on)

@@ -352,3 +352,9 @@ def _jump_from_proxy_command(command: str) -> str | None:
     if user and "@" not in host:
         host = f"{user}@{host}"
     return f"{host}:{port}" if port else host
+
+
+def spec_from_vars(name: str, variables: Mapping[str, Any]) -> HostSpec:
+    """A HostSpec from plain variables (no templating), read exactly as hostvars are: used by
+    node-local mode, whose expectations file the roles render from the same variables."""
+    return _spec(name, variables, lambda value: value)

@@ -13,7 +13,8 @@ from conftest import REPO, VENV_BIN, ansible_env, run_playbook
 
 pytestmark = [pytest.mark.ansible]
 
-PLAYBOOKS = ["playbooks/site.yml", "playbooks/upgrade_driver.yml", "playbooks/verify.yml"]
+PLAYBOOKS = ["playbooks/site.yml", "playbooks/upgrade_driver.yml", "playbooks/verify.yml",
+             "playbooks/verify_fanout.yml"]
 
 
 @pytest.mark.slow

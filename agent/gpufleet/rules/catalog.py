@@ -35,6 +35,7 @@ FAMILIES: Mapping[str, str] = {
     "GF5xx": "performance",
     "GF6xx": "smoke",
     "GF7xx": "configuration",
+    "GF9xx": "node-local (Slurm)",
 }
 
 _SITE = "ansible-playbook playbooks/site.yml"
@@ -196,9 +197,6 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF603", "error", "smoke test timed out or ranks hung",
              "rerun with NCCL_DEBUG=INFO; check the firewall between hosts and "
              "gpufleet_smoke_interface (NCCL_SOCKET_IFNAME) for {host}"),
-)
-
-_RULES += (
     # ---------------------------------------------------------------- GF7xx configuration
     RuleInfo("GF701", "warning", "NCCL setting turns off a GPU transport (P2P, SHM)",
              "{fix} on {host}, then rerun `gpufleet check --level quick -l {host}`"),
@@ -208,6 +206,21 @@ _RULES += (
              "{fix} on {host}: NCCL's docs keep these for debugging, not production"),
     RuleInfo("GF704", "warning", "NCCL_CONF_FILE names a file that cannot be read",
              "create the file or unset NCCL_CONF_FILE for the ssh user on {host}"),
+    # ---------------------------------------------------------------- GF9xx node-local (Slurm)
+    RuleInfo("GF901", "warning", "circuit breaker tripped: node not drained",
+             "too many nodes failed at once ({share} of the partition): look for a common cause "
+             "(driver rollout, fabric, power) with `sinfo -R`; drain {host} by hand if it must "
+             "go (`scontrol update NodeName={host} State=DRAIN Reason=...`)"),
+    RuleInfo("GF902", "info", "node drained by gpufleet",
+             "fix the finding named in the reason on {host}; the next health check resumes it"),
+    RuleInfo("GF903", "info", "node resumed by gpufleet",
+             "nothing to do: the drain gpufleet wrote on {host} was lifted"),
+    RuleInfo("GF904", "info", "node drained by someone else: left alone",
+             "gpufleet never changes a drain it did not write; resume {host} yourself when its "
+             "work is done (`scontrol update NodeName={host} State=RESUME`)"),
+    RuleInfo("GF905", "error", "Slurm could not be updated",
+             "run `sinfo -N -n {host}` and `scontrol show node {host}` on the node; check "
+             "SLURMD_NODENAME/--node and that the health check runs as root or SlurmUser"),
 )
 
 RULES: Mapping[str, RuleInfo] = {r.id: r for r in _RULES}

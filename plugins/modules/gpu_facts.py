@@ -1,0 +1,54 @@
+# Copyright: gpufleet maintainers
+# SPDX-License-Identifier: Apache-2.0
+"""Documentation of gpufleet.gpu.gpu_facts; the work is done by its action plugin."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_facts
+short_description: GPU host facts from gpufleet's probe (the same JSON as gpufleet facts)
+description:
+  - Sends gpufleet's POSIX sh probe to the host over the task's connection (no Python needed on
+    the host) and parses its output where Ansible runs, with gpufleet's own parser.
+  - Returns the facts as C(ansible_facts.gpufleet), identical to C(gpufleet facts --format json)
+    for the same host, and the host's desired-state variables as C(gpufleet_expect).
+  - Render a run's results into the gpufleet report with the C(gpufleet.gpu.gpufleet_report)
+    callback or C(gpufleet ansible-report).
+  - Requires the gpufleet Python package on the controller or in the execution environment.
+version_added: 0.1.0
+author: gpufleet maintainers
+options:
+  timeout:
+    description: Seconds for the probe; each tool on the host gets a sixth of it (1 to 10 s).
+    type: float
+    default: 60
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  action:
+    support: full
+notes:
+  - Connections that take a command's stdin (ssh, local, docker, ...) work; paramiko does not.
+"""
+
+EXAMPLES = r"""
+- name: Collect GPU facts
+  gpufleet.gpu.gpu_facts:
+
+- name: Show the driver
+  ansible.builtin.debug:
+    var: ansible_facts.gpufleet.driver.version
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: C(gpufleet) holds the facts (schema gpufleet.facts/v1, docs/facts.md).
+  returned: success
+  type: dict
+gpufleet_expect:
+  description: The host's desired-state variables the rules compare against.
+  returned: success
+  type: dict
+"""

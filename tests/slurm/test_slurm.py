@@ -1,0 +1,245 @@
+"""gpufleet inside a real Slurm cluster: HealthCheckProgram drains and resumes, the circuit
+breaker, and the multinode smoke test under salloc.
+
+One cluster for the module (slurmlib): node1-4 (partition gpu) simulate 2xH200 hosts, cpu1-2
+(partition cpu) hosts without NVIDIA GPUs. The role gpufleet_healthcheck installs the health check
+(real ansible-playbook, connection local, paths inside the cluster's directory) with a 50 %
+breaker; each slurmd runs it every few seconds inside its node's namespaces, so a fault is
+injected by swapping that node's host profile under the running slurmd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import slurmlib
+import yaml
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+INTERVAL = 4  # HealthCheckInterval, seconds
+HOSTS = [*((f"node{i}", "h200x2", "gpu") for i in range(1, 5)),
+         ("cpu1", "no-nvidia-smi", "cpu"), ("cpu2", "no-nvidia-smi", "cpu")]
+FAULT = "ecc-remap"  # GF402/GF403/GF404 errors on GPU 1
+GPU_NODES = ("node1", "node2", "node3", "node4")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmlib.Cluster]:
+    root = tmp_path_factory.mktemp("slurm")
+    c = slurmlib.prepare(root, HOSTS)
+    extra = {
+        "gpufleet_healthcheck_command": str(VENV_BIN / "gpufleet"),
+        "gpufleet_healthcheck_config_dir": str(root / "etc"),
+        "gpufleet_healthcheck_program": str(root / "libexec" / "gpufleet-healthcheck"),
+        "gpufleet_healthcheck_report_dir": str(root / "reports"),
+        "gpufleet_healthcheck_slurm_conf": str(c.conf),
+        "gpufleet_healthcheck_breaker_share": 0.5,
+        "gpufleet_healthcheck_interval": INTERVAL,
+        "gpufleet_mig_expected": False,  # one expectation every node meets, rendered by the role
+    }
+    (root / "extra.json").write_text(json.dumps(extra))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+    play = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", f"@{root / 'extra.json'}", str(REPO / "tests/slurm/playbooks/healthcheck.yml")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert play.returncode == 0, play.stdout[-4000:] + play.stderr[-2000:]
+    with slurmlib.running(c):
+        yield c
+
+
+def _report(c: slurmlib.Cluster, node: str) -> tuple[float, dict[str, Any]] | None:
+    path = c.root / "reports" / f"node-check-{node}.json"
+    try:
+        return path.stat().st_mtime, json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# Generous: on an oversubscribed machine one health check can take tens of seconds.
+def _until(what: str, ok: Callable[[], bool], c: slurmlib.Cluster, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout} s; sinfo: {c.states()}\n{c.log('ctl', 15)}")
+        time.sleep(0.3)
+
+
+def _runs_after(c: slurmlib.Cluster, node: str, since: float, count: int = 1) -> None:
+    """Wait until `node`'s health check has written its report `count` times after `since`."""
+    seen: list[float] = []
+
+    def ok() -> bool:
+        r = _report(c, node)
+        if r is not None and r[0] > since and r[0] not in seen:
+            seen.append(r[0])
+        return len(seen) >= count
+
+    _until(f"{count} health check run(s) of {node}", ok, c, timeout=INTERVAL * (count + 1) + 90)
+
+
+def _rules(c: slurmlib.Cluster, node: str) -> set[str]:
+    r = _report(c, node)
+    assert r is not None
+    return {f["rule"] for f in r[1]["findings"]}
+
+
+def _ours(c: slurmlib.Cluster) -> list[str]:
+    return sorted(n for n, (state, reason) in c.states().items()
+                  if "drain" in state and reason.startswith("gpufleet:"))
+
+
+def test_role_puts_the_health_check_into_slurm_conf(cluster: slurmlib.Cluster) -> None:
+    conf = cluster.conf.read_text()
+    program = cluster.root / "libexec" / "gpufleet-healthcheck"
+    assert f"HealthCheckProgram={program}\n" in conf
+    assert f"HealthCheckInterval={INTERVAL}\n" in conf
+    expect = yaml.safe_load((cluster.root / "etc" / "expect.yml").read_text())
+    assert expect == {"gpufleet_mig_expected": False}
+
+
+def test_slurmd_runs_the_check_against_its_own_hosts_gpus(cluster: slurmlib.Cluster) -> None:
+    t = time.time()
+    for node in ("node1", "cpu1"):
+        _runs_after(cluster, node, t)
+    gpu = _report(cluster, "node1")
+    cpu = _report(cluster, "cpu1")
+    assert gpu is not None and cpu is not None
+    # The name came from SLURMD_NODENAME; the GPUs from the profile mounted in that namespace.
+    assert list(gpu[1]["hosts"]) == ["node1"] and list(cpu[1]["hosts"]) == ["cpu1"]
+    assert [g["name"] for g in gpu[1]["hosts"]["node1"]["facts"]["gpus"]] == ["NVIDIA H200"] * 2
+    assert cpu[1]["hosts"]["cpu1"]["facts"]["gpus"] == []
+    assert gpu[1]["summary"]["findings"]["error"] == 0
+    assert _ours(cluster) == []
+
+
+def test_smoke_slurm_under_salloc(cluster: slurmlib.Cluster) -> None:
+    expect = cluster.root / "smoke-expect.yml"
+    expect.write_text(yaml.safe_dump({"gpufleet_smoke_runtime": "host",
+                                      "gpufleet_smoke_python": sys.executable}))
+    t = time.monotonic()
+    proc = cluster.run(["salloc", "-p", "cpu", "-N2", "--immediate=30", str(VENV_BIN / "gpufleet"),
+                        "smoke", "--slurm", "--expect", str(expect), "--format", "json"],
+                       timeout=240)
+    took = time.monotonic() - t
+    try:
+        report = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"no JSON (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    assert sorted(report["hosts"]) == ["cpu1", "cpu2"]
+    for name in ("cpu1", "cpu2"):
+        smoke = report["hosts"][name]["smoke"]
+        failed = [c for c in smoke["checks"] if not c["passed"]]
+        assert smoke["status"] == "pass", (smoke["error"], failed, smoke["log_tail"])
+        assert smoke["backend"] == "gloo" and smoke["world_size"] == 4
+        assert smoke["hosts"] == ["cpu1", "cpu2"]
+        assert sorted({r["host"] for r in smoke["ranks"]}) == ["cpu1", "cpu2"]
+        assert {"versions", "device_count", "matmul", "allreduce_exact", "ddp", "busbw"} <= {
+            c["name"] for c in smoke["checks"]}
+        assert report["hosts"][name]["facts"]["gpus"] == []  # facts came through srun too
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    print(f"smoke --slurm under salloc -N2: {took:.1f} s")
+
+
+def test_smoke_slurm_outside_an_allocation_is_a_usage_error(cluster: slurmlib.Cluster) -> None:
+    proc = cluster.run([str(VENV_BIN / "gpufleet"), "smoke", "--slurm"])
+    assert proc.returncode == 2
+    assert "needs a Slurm allocation" in proc.stderr
+
+
+def test_fault_drains_with_rule_id_then_resumes(cluster: slurmlib.Cluster) -> None:
+    cluster.set_profile("node1", FAULT)
+    try:
+        _until("node1 drained by gpufleet",
+               lambda: cluster.states()["node1"][1].startswith("gpufleet: GF40"), cluster)
+        state, reason = cluster.states()["node1"]
+        assert "drain" in state
+        assert reason.startswith("gpufleet: GF402 node1 GPU 1: 2 uncorrected ECC errors"), reason
+        assert "(+2 more)" in reason  # GF403 and GF404 too
+        _runs_after(cluster, "node1", time.time())
+        assert "GF902" in _rules(cluster, "node1")
+    finally:
+        cluster.set_profile("node1", "h200x2")
+    _until("node1 resumed", lambda: cluster.states()["node1"] == ("idle", "none"), cluster)
+
+
+def test_admin_drain_is_never_resumed_or_relabelled(cluster: slurmlib.Cluster) -> None:
+    reason = "maintenance: PSU swap"
+    res = cluster.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"])
+    assert res.returncode == 0, res.stderr
+    try:
+        t = time.time()
+        _runs_after(cluster, "node2", t, count=2)  # healthy: two chances to (wrongly) resume
+        assert cluster.states()["node2"][1] == reason
+        assert "GF904" in _rules(cluster, "node2")
+        cluster.set_profile("node2", FAULT)  # faulty now: still not relabelled
+        _runs_after(cluster, "node2", time.time(), count=2)
+        state, got = cluster.states()["node2"]
+        assert "drain" in state and got == reason
+        assert {"GF402", "GF904"} <= _rules(cluster, "node2")
+    finally:
+        cluster.set_profile("node2", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
+    _until("node2 idle", lambda: cluster.states()["node2"] == ("idle", "none"), cluster)
+
+
+def test_breaker_drains_at_most_half_of_the_partition(cluster: slurmlib.Cluster) -> None:
+    faulty = ("node1", "node2", "node3")
+    for node in faulty:
+        cluster.set_profile(node, FAULT)
+    most, seen = 0, []
+    try:
+        def two_drained() -> bool:
+            nonlocal most
+            ours = _ours(cluster)
+            if len(ours) > most:
+                seen.append((time.time(), ours))
+            most = max(most, len(ours))
+            return len(ours) == 2
+
+        _until("two of three faulty nodes drained", two_drained, cluster)
+        drained = _ours(cluster)
+        (spared,) = set(faulty) - set(drained)
+        t = time.time()
+        # Several more rounds of all three checks: the count never exceeds the limit.
+        for _ in range(2):
+            _runs_after(cluster, spared, t)
+            t = time.time()
+            now = _ours(cluster)
+            if len(now) > most:
+                seen.append((t, now))
+            most = max(most, len(now))
+        if most > 2:
+            why = {n: [(f["rule"], f["message"]) for f in (_report(cluster, n) or (0, {
+                "findings": []}))[1]["findings"] if f["rule"].startswith("GF9")] for n in faulty}
+            pytest.fail(f"{most} drained at once: {seen}; last GF9xx: {why}")
+        assert _ours(cluster) == drained
+        r = _report(cluster, spared)
+        assert r is not None
+        tripped = [f for f in r[1]["findings"] if f["rule"] == "GF901"]
+        assert tripped, r[1]["findings"]
+        assert "circuit breaker tripped" in tripped[0]["message"]
+        assert sorted(tripped[0]["evidence"]["budget"]["gpu"]["drained"]) == drained
+        assert tripped[0]["evidence"]["budget"]["gpu"]["limit"] == 2
+        assert "node4" not in drained
+        # Every claim was cleared again (the node Comment is back to what it was: empty).
+        comments = cluster.run(["sinfo", "-h", "-N", "-O", "NodeList:|,Comment:"]).stdout
+        assert "gpufleet-claim" not in comments, comments
+    finally:
+        for node in faulty:
+            cluster.set_profile(node, "h200x2")
+    _until("all resumed", lambda: all(cluster.states()[n] == ("idle", "none")
+                                      for n in GPU_NODES), cluster)
