@@ -377,7 +377,7 @@ def _keygen(path: Path, comment: str) -> subprocess.Popen[bytes]:
     )  # fmt: skip
 
 
-def _sshd_config(h: FleetHost, host_key: Path, authorized_keys: Path) -> str:
+def _sshd_config(h: FleetHost, host_key: Path, authorized_keys: Path, extra: str = "") -> str:
     return f"""\
 ListenAddress {h.address}:22
 HostKey {host_key}
@@ -395,7 +395,7 @@ X11Forwarding no
 AcceptEnv LANG LC_*
 MaxStartups 100:30:200
 Subsystem sftp internal-sftp
-# The non-root login user of the become test (test_become_fleet.py) brings its own key file:
+{extra}# The non-root login user of the become test (test_become_fleet.py) brings its own key file:
 # sshd reads authorized keys as the user, who cannot enter the fleet's root-only temp dir.
 Match User gpufleet-become
     AuthorizedKeysFile .ssh/authorized_keys
@@ -487,11 +487,13 @@ def _populate(
         h.host_key_pub = " ".join((keys / f"{h.name}.pub").read_text().split()[:2])
         authorized = keys / f"{h.name}.authorized_keys"
         authorized.write_text(stranger_pub if h.fault == "noauth" else client_pub)
-        h.config.write_text(_sshd_config(h, keys / h.name, authorized))
         setenv = fleet.profiles_dir / str(h.profile) / "sshd_setenv"
+        extra = ""
         if h.profile is not None and setenv.is_file():  # the session environment it sets
-            with h.config.open("a") as f:  # one SetEnv line: sshd keeps the first directive
-                f.write("SetEnv " + " ".join(setenv.read_text().split()) + "\n")
+            # one SetEnv line (sshd keeps the first directive), before any Match block, which
+            # would otherwise swallow it
+            extra = "SetEnv " + " ".join(setenv.read_text().split()) + "\n"
+        h.config.write_text(_sshd_config(h, keys / h.name, authorized, extra))
         served = h.host_key_pub
         if h.fault == "badkey":  # the client expects another key than the one this host serves
             served = " ".join(stranger_pub.split()[:2])
