@@ -113,6 +113,24 @@ def build_parser() -> argparse.ArgumentParser:
     diff.add_argument("old", type=Path, metavar="OLD.json")
     diff.add_argument("new", type=Path, metavar="NEW.json")
     diff.set_defaults(run=cmd_diff)
+
+    loc = sub.add_parser("localize", help="find the host or link that breaks multinode worlds",
+                         description="Adaptive group testing over multinode smoke worlds: "
+                                     "names the bad host(s) or link(s), with the worlds as "
+                                     "evidence (docs/localize.md).")
+    _common(loc, ("table", "json"))
+    loc.add_argument("--level", choices=("quick", "full"), default="quick",
+                     help="smoke level of each world (default quick)")
+    loc.add_argument("--force", action="store_true", help="test hosts whose GPUs are busy")
+    loc.add_argument("--smoke-timeout", type=_positive(float), metavar="S",
+                     help="seconds per world (default 300 quick, 1800 full)")
+    loc.add_argument("--groups", choices=("auto", "domain", "binary", "sqrt"), default="auto",
+                     help="first level below the all-hosts world: gpufleet_domain groups, two "
+                          "halves, or ceil(sqrt(N)) groups (auto: domains, else halves when "
+                          "the bandwidth has an expectation, else sqrt)")
+    loc.add_argument("--max-worlds", type=_positive(int), default=64, metavar="N",
+                     help="stop after N worlds (default 64)")
+    loc.set_defaults(run=cmd_localize)
     return parser
 
 
@@ -262,6 +280,35 @@ def cmd_diff(args: argparse.Namespace) -> int:
             raise UsageError(f"{path} is not a gpufleet JSON report (no 'hosts')")
     _emit(diff_reports(docs[0], docs[1]), None)
     return EXIT_OK
+
+
+def cmd_localize(args: argparse.Namespace) -> int:
+    import dataclasses  # noqa: PLC0415
+
+    from gpufleet.localize.render import section, table  # noqa: PLC0415
+    from gpufleet.localize.worlds import run_localize  # noqa: PLC0415
+    from gpufleet.report import summarize  # noqa: PLC0415
+
+    if not args.inventory:
+        raise UsageError("localize needs an inventory (-i): worlds span several hosts")
+    specs = _specs(args)
+    run = run_localize(
+        specs, level=args.level, force=args.force, forks=args.forks,
+        connect_timeout=args.connect_timeout, probe_timeout=args.timeout,
+        smoke_timeout=args.smoke_timeout or SMOKE_TIMEOUT[args.level],
+        accept_new_host_keys=args.accept_new_host_keys, strategy=args.groups,
+        max_worlds=args.max_worlds,
+    )
+    report = Report(hosts=run.results, specs=run.specs, generated_at=_now(), level=args.level)
+    report = dataclasses.replace(report, summary=summarize(report))
+    doc = {**_document(report), "localize": section(run)}
+    if args.format == "json":
+        text = json.dumps(doc, indent=2)
+    else:
+        tty = args.output is None and sys.stdout.isatty()
+        text = table(doc, color=tty, width=shutil.get_terminal_size().columns if tty else 120)
+    _emit(text, args.output)
+    return EXIT_OK if run.search.outcome == "all_good" else EXIT_FINDINGS
 
 
 # --------------------------------------------------------------------------- facts output
