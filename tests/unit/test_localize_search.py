@@ -108,6 +108,15 @@ def test_bad_link_between_good_hosts_named_as_pair(n: int) -> None:
         assert s.cleared_by  # each end was seen passing with other hosts
 
 
+def test_two_slow_hosts_and_a_slow_pair_in_one_fleet() -> None:
+    # The fleet test's scenario: no world passes until the search proves a host good itself.
+    sim = Sim(7, slow=[1, 5], links=[(2, 3)])
+    r = localize(sim.hosts, sim, expectation=floor)
+    h = sim.hosts
+    assert named(r) == {"host": {(h[1],), (h[5],)}, "link": {(h[2], h[3])}}, r.suspects
+    assert len(r.worlds) <= 12
+
+
 def test_hang_fails_a_world_like_slowness() -> None:
     sim = Sim(16, hang=[9])
     r = localize(sim.hosts, sim, expectation=floor)

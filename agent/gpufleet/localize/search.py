@@ -133,10 +133,12 @@ class _State:
             self.suspects.append(Suspect("host", (host,), tuple(w.index for w in worlds),
                                          reason=reason))
 
-    def partner(self, host: str) -> str | None:
-        """A host proven good, not `host`, not suspected."""
+    def partner(self, host: str, avoid: Sequence[str] = ()) -> str | None:
+        """A host proven good, not `host`, not suspected; outside `avoid` (the failing world:
+        the fault may be the link between `host` and one of them) where there is one."""
         bad = self.convicted() | {h for s in self.suspects for h in s.hosts}
-        return next((g for g in self.good if g != host and g not in bad), None)
+        fit = [g for g in self.good if g != host and g not in bad]
+        return next((g for g in fit if g not in avoid), fit[0] if fit else None)
 
     def confirm(self, host: str, evidence: World) -> bool | None:
         """Does `host` fail with a good partner? None: no partner to tell."""
@@ -144,7 +146,7 @@ class _State:
             return False
         if host in self.convicted():
             return True
-        partner = self.partner(host)
+        partner = self.partner(host, evidence.members)
         if partner is None:
             return None
         w = self.test((partner, host), "confirm")
@@ -199,7 +201,8 @@ class _State:
     def prove_one_good(self, pair: tuple[str, ...]) -> None:
         """No world has passed yet: pair each end with an outside host until one passes."""
         bad = {h for s in self.suspects for h in s.hosts}
-        outside = next((h for h in self.hosts if h not in pair and h not in bad), None)
+        fit = [h for h in self.hosts if h not in pair and h not in bad]
+        outside = fit[0] if fit else None
         if outside is None:
             return
         for end in pair:
