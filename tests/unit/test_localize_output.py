@@ -141,4 +141,17 @@ def test_table_leads_with_the_verdict_and_the_evidence(run: LocalizeRun) -> None
     assert "left out gpu08 (unreachable): gpu08: no route to host" in text
     assert any(line.startswith("host gpu05: fails with gpu01") for line in lines)
     assert "fix: drain gpu05" in text
+    assert any(line.startswith("  world ") and "[gpu0" in line for line in lines)
     assert "FAIL" in text and "pass" in text
+
+
+def test_cli_localize_needs_an_inventory(capsys: pytest.CaptureFixture[str]) -> None:
+    from gpufleet import cli  # noqa: PLC0415
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["localize"])
+    assert exc.value.code == cli.EXIT_USAGE
+    assert "localize needs an inventory (-i)" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["localize", "-i", "x,", "--groups", "thirds"])
+    assert exc.value.code == 2

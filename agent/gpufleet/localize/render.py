@@ -86,7 +86,8 @@ def table(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> s
 
     out = io.StringIO()
     con = Console(file=out, width=width, force_terminal=color, no_color=not color,
-                  color_system="standard" if color else None, highlight=False, emoji=False)
+                  color_system="standard" if color else None, highlight=False, emoji=False,
+                  markup=False)  # host names and errors are data: "[n01, n02]" is no markup tag
     loc = doc["localize"]
     worlds = {w["index"]: w for w in loc["worlds"]}
     head = {"all_good": ("all good", "bold green"),
