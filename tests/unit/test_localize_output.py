@@ -15,6 +15,7 @@ from gpufleet.localize.worlds import (
     Excluded,
     LocalizeRun,
     _exclusions,
+    failure_domains,
     inventory_floor,
     measured,
     world_busbw,
@@ -155,3 +156,13 @@ def test_cli_localize_needs_an_inventory(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as exc:
         cli.main(["localize", "-i", "x,", "--groups", "thirds"])
     assert exc.value.code == 2
+
+
+def test_domains_from_the_variable_else_inventory_groups_with_groups_domain() -> None:
+    specs = [HostSpec("a", "a", groups=("gpu", "rack1")), HostSpec("b", "b", groups=("gpu",
+             "rack1")), HostSpec("c", "c", groups=("gpu", "rack2"))]
+    assert failure_domains(specs, "auto") == {}
+    assert failure_domains(specs, "domain") == {"a": "gpu,rack1", "b": "gpu,rack1",
+                                                "c": "gpu,rack2"}
+    tagged = [HostSpec("a", "a", expect=Expectations(domain="r1")), specs[2]]
+    assert failure_domains(tagged, "domain") == {"a": "r1"}

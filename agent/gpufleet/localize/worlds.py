@@ -77,6 +77,15 @@ def inventory_floor(specs: Mapping[str, HostSpec]) -> Expectation | None:
     return floor
 
 
+def failure_domains(specs: Sequence[HostSpec], strategy: Strategy) -> dict[str, str]:
+    """Host -> domain: gpufleet_domain where set; with --groups domain and no such variable,
+    the inventory groups (hosts in the same groups form one domain)."""
+    domains = {s.name: s.expect.domain for s in specs if s.expect.domain}
+    if domains or strategy != "domain":
+        return domains
+    return {s.name: ",".join(sorted(s.groups)) or "ungrouped" for s in specs}
+
+
 def measured(names: tuple[str, ...], smokes: Mapping[str, SmokeResult],
              duration: float) -> Measured:
     """A world's SmokeResults (one per member, the world's checks on each) as one Measured."""
@@ -226,7 +235,7 @@ def run_localize(
             basis = "gpufleet_multinode_min_busbw_gbps"
         if chosen is None:
             basis = "this run's worlds (median of same-size worlds minus margin)"
-        domains = {n: by_name[n].expect.domain or "" for n in hosts if by_name[n].expect.domain}
+        domains = failure_domains([by_name[n] for n in hosts], strategy)
         search = localize(hosts, run, expectation=chosen, domains=domains, strategy=strategy,
                           max_worlds=max_worlds)
     finally:
