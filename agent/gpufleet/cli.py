@@ -147,6 +147,23 @@ def build_parser() -> argparse.ArgumentParser:
                             "launched with srun (implies --multinode; -i is not used)")
     smoke.add_argument("--expect", type=Path, metavar="FILE",
                        help="with --slurm: expectations file (inventory variables) for the nodes")
+    loc = sub.add_parser("localize", help="find the host or link that breaks multinode worlds",
+                         description="Adaptive group testing over multinode smoke worlds: "
+                                     "names the bad host(s) or link(s), with the worlds as "
+                                     "evidence (docs/localize.md).")
+    _common(loc, ("table", "json"))
+    loc.add_argument("--level", choices=("quick", "full"), default="quick",
+                     help="smoke level of each world (default quick)")
+    loc.add_argument("--force", action="store_true", help="test hosts whose GPUs are busy")
+    loc.add_argument("--smoke-timeout", type=_positive(float), metavar="S",
+                     help="seconds per world (default 300 quick, 1800 full)")
+    loc.add_argument("--groups", choices=("auto", "domain", "binary", "sqrt"), default="auto",
+                     help="first level below the all-hosts world: gpufleet_domain groups, two "
+                          "halves, or ceil(sqrt(N)) groups (auto: domains, else halves when "
+                          "the bandwidth has an expectation, else sqrt)")
+    loc.add_argument("--max-worlds", type=_positive(int), default=64, metavar="N",
+                     help="stop after N worlds (default 64)")
+    loc.set_defaults(run=cmd_localize)
     return parser
 
 
@@ -425,6 +442,35 @@ def inert(value: object) -> str:
     from gpufleet.report.sanitize import text  # noqa: PLC0415
 
     return text(value)
+
+
+def cmd_localize(args: argparse.Namespace) -> int:
+    import dataclasses  # noqa: PLC0415
+
+    from gpufleet.localize.render import section, table  # noqa: PLC0415
+    from gpufleet.localize.worlds import run_localize  # noqa: PLC0415
+    from gpufleet.report import summarize  # noqa: PLC0415
+
+    if not args.inventory:
+        raise UsageError("localize needs an inventory (-i): worlds span several hosts")
+    specs = _specs(args)
+    run = run_localize(
+        specs, level=args.level, force=args.force, forks=args.forks,
+        connect_timeout=args.connect_timeout, probe_timeout=args.timeout,
+        smoke_timeout=args.smoke_timeout or SMOKE_TIMEOUT[args.level],
+        accept_new_host_keys=args.accept_new_host_keys, strategy=args.groups,
+        max_worlds=args.max_worlds,
+    )
+    report = Report(hosts=run.results, specs=run.specs, generated_at=_now(), level=args.level)
+    report = dataclasses.replace(report, summary=summarize(report))
+    doc = {**_document(report), "localize": section(run)}
+    if args.format == "json":
+        text = json.dumps(doc, indent=2)
+    else:
+        tty = args.output is None and sys.stdout.isatty()
+        text = table(doc, color=tty, width=shutil.get_terminal_size().columns if tty else 120)
+    _emit(text, args.output)
+    return EXIT_OK if run.search.outcome == "all_good" else EXIT_FINDINGS
 
 
 # --------------------------------------------------------------------------- facts output

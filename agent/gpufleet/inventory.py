@@ -267,6 +267,9 @@ def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) 
             mig_expected=flag("gpufleet_mig_expected"),
             smoke_address=text("gpufleet_smoke_address"),
             smoke_interface=text("gpufleet_smoke_interface"),
+            domain=text("gpufleet_domain"),
+            multinode_min_busbw_gbps=number("gpufleet_multinode_min_busbw_gbps"),
+            slurm_node=text("gpufleet_slurm_node"),
         ),
     )
 

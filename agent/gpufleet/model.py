@@ -47,6 +47,9 @@ class Expectations:
     mig_expected: bool = False  # gpufleet_mig_expected
     smoke_address: str | None = None  # gpufleet_smoke_address (multinode rendezvous address)
     smoke_interface: str | None = None  # gpufleet_smoke_interface (NCCL/GLOO_SOCKET_IFNAME)
+    domain: str | None = None  # gpufleet_domain (rack, pod: localize's first-level groups)
+    multinode_min_busbw_gbps: float | None = None  # gpufleet_multinode_min_busbw_gbps
+    slurm_node: str | None = None  # gpufleet_slurm_node (Slurm NodeName, for drain lines)
 
 
 @dataclass(frozen=True)
