@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from gpufleet.model import Finding
 from gpufleet.rules.base import Ctx, finding
 from gpufleet.rules.catalog import SMOKE_HINTS
+from gpufleet.rules.deep import DEEP_CHECKS
 
 _TAIL = 2000  # characters of log kept as evidence
 
@@ -21,7 +22,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
         done.add(world)
         label = "+".join(world)
         for c in s.checks:
-            if not c.passed:
+            if not c.passed and c.name not in DEEP_CHECKS:  # rules/deep.py judges those
                 yield finding("GF601", world, f"{label}: smoke check {c.name} failed: {c.detail}",
                               {"check": c.name, "detail": c.detail, "data": dict(c.data),
                                "subject": c.name},
