@@ -225,6 +225,8 @@ def test_a_result_that_changes_between_repeats_is_named() -> None:
 def test_compile_fix_follows_the_error() -> None:
     assert "C/C++ compiler" in deep._compile_fix(
         "InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx")
+    assert "C/C++ compiler" in deep._compile_fix(
+        "InductorError: FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/cc'")
     assert "triton" in deep._compile_fix("PTXASError: ptxas failed")
     assert "TORCH_LOGS" in deep._compile_fix("something else")
 
