@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 need=()
 for pkg in python3 python3-venv python3-pip openssh-server openssh-client debootstrap iproute2 procps \
-           util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev; do
+           util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev \
+           g++ python3-dev; do  # g++, python3-dev: torch.compile on CPU (inductor) in smoke tests
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -153,9 +153,26 @@ def test_a_slow_rank_is_named_and_the_efficiency_fails() -> None:
     by_kind = {p["kind"]: p for p in data["problems"]}
     assert by_kind["slow_rank"]["rank"] == 1
     assert "GPU1 of rank 1" in by_kind["slow_rank"]["message"]
-    assert "60.0 ms per step alone vs 30.0 ms on the fastest rank (2.00x, limit 1.20x)" in \
+    assert "60.0 ms per step alone (median of 10) vs 30.0 ms on the fastest rank (2.00x, limit " \
+        "1.20x)" in \
         by_kind["slow_rank"]["message"]
     assert "efficiency 1->2 ranks 0.492 < 0.85" in by_kind["low_scaling"]["message"]
+
+
+def test_cpu_ranks_are_judged_on_their_best_step() -> None:
+    # A loaded machine slowed rank 0's median 6x; its best step shows it can keep up.
+    a = _sc(0, 0.060, 0.4, single=0.004, cuda=False)
+    a["independent_steps_s"] = [0.006, 0.060, 0.061]
+    b = _sc(1, 0.010, 0.4, cuda=False)
+    b["independent_steps_s"] = [0.010, 0.011, 0.012]
+    ok, detail, _ = deep.agg_scaling([_rank(0, "scaling", a, cuda=False),
+                                      _rank(1, "scaling", b, cuda=False)])
+    assert ok, detail
+    b["independent_steps_s"] = [0.250, 0.260, 0.270]  # the test hook's slow rank
+    ok, detail, _ = deep.agg_scaling([_rank(0, "scaling", a, cuda=False),
+                                      _rank(1, "scaling", b, cuda=False)])
+    assert not ok
+    assert "rank 1 (cpu) on gpu01: 250.0 ms per step alone (best of 10) vs 6.0 ms" in detail
 
 
 def test_cpu_ranks_record_efficiency_without_judging_it() -> None:
