@@ -15,7 +15,8 @@ import pytest
 
 from gpufleet.model import HostResult, Report, SmokeCheck, SmokeResult
 from gpufleet.rules import evaluate
-from gpufleet.smoke import smoke_deep as deep
+from gpufleet.smoke import smoke_deep, smoke_deep_verdict
+from gpufleet.smoke import smoke_deep_verdict as deep
 
 H200 = "NVIDIA H200"
 GEN5X16 = {"gen_current": 5, "gen_max": 5, "width_current": 16, "width_max": 16}
@@ -31,8 +32,9 @@ def _imports(path: str) -> set[str]:
     return roots - set(sys.stdlib_module_names) - {"__future__"}
 
 
-def test_deep_module_imports_only_stdlib_and_torch() -> None:
-    assert _imports(deep.__file__) <= {"torch"}
+def test_deep_modules_import_only_stdlib_torch_and_each_other() -> None:
+    assert _imports(smoke_deep.__file__) <= {"torch", "smoke_deep_verdict"}
+    assert _imports(smoke_deep_verdict.__file__) == set()  # the verdicts are pure
 
 
 def _ident(rank: int, cuda: bool = True) -> dict[str, Any]:
@@ -118,7 +120,7 @@ def test_without_link_data_a_gpu_is_judged_against_its_peers() -> None:
 def test_nvidia_smi_link_query_parses() -> None:
     text = ("0, GPU-3f6d, 00000000:19:00.0, 5, 5, 16, 16\n"
             "1, GPU-8a01, 00000000:2A:00.0, 1, 5, 16, 16\nbad line\n")
-    links = deep._parse_links(text)
+    links = smoke_deep._parse_links(text)
     assert links["GPU-8a01"] == {"index": 1, "uuid": "GPU-8a01", "bus_id": "00000000:2A:00.0",
                                  "gen_current": 1, "gen_max": 5, "width_current": 16,
                                  "width_max": 16}
@@ -159,20 +161,20 @@ def test_a_slow_rank_is_named_and_the_efficiency_fails() -> None:
     assert "efficiency 1->2 ranks 0.492 < 0.85" in by_kind["low_scaling"]["message"]
 
 
-def test_cpu_ranks_are_judged_on_their_best_step() -> None:
-    # A loaded machine slowed rank 0's median 6x; its best step shows it can keep up.
-    a = _sc(0, 0.060, 0.4, single=0.004, cuda=False)
-    a["independent_steps_s"] = [0.006, 0.060, 0.061]
-    b = _sc(1, 0.010, 0.4, cuda=False)
-    b["independent_steps_s"] = [0.010, 0.011, 0.012]
+def test_cpu_ranks_are_judged_on_the_cpu_time_of_their_steps() -> None:
+    # A loaded machine made rank 0's wall time 17x rank 1's; the CPU time its steps took did not
+    # change, and that is what counts on CPU ranks.
+    a = {**_sc(0, 0.0825, 0.4, single=0.004, cuda=False), "independent_cpu_s": 0.0046}
+    b = {**_sc(1, 0.0048, 0.4, cuda=False), "independent_cpu_s": 0.0047}
     ok, detail, _ = deep.agg_scaling([_rank(0, "scaling", a, cuda=False),
                                       _rank(1, "scaling", b, cuda=False)])
     assert ok, detail
-    b["independent_steps_s"] = [0.250, 0.260, 0.270]  # the test hook's slow rank
+    b["independent_cpu_s"] = 0.0520  # the test hook's slow rank burns 10x its step
     ok, detail, _ = deep.agg_scaling([_rank(0, "scaling", a, cuda=False),
                                       _rank(1, "scaling", b, cuda=False)])
     assert not ok
-    assert "rank 1 (cpu) on gpu01: 250.0 ms per step alone (best of 10) vs 6.0 ms" in detail
+    assert "rank 1 (cpu) on gpu01: 52.0 ms per step alone (median CPU time of 10) vs 4.6 ms" \
+        in detail
 
 
 def test_cpu_ranks_record_efficiency_without_judging_it() -> None:
@@ -240,20 +242,20 @@ def test_a_result_that_changes_between_repeats_is_named() -> None:
 
 
 def test_compile_fix_follows_the_error() -> None:
-    assert "C/C++ compiler" in deep._compile_fix(
+    assert "C/C++ compiler" in smoke_deep._compile_fix(
         "InvalidCxxCompiler: No working C++ compiler found in torch._inductor.config.cpp.cxx")
-    assert "C/C++ compiler" in deep._compile_fix(
+    assert "C/C++ compiler" in smoke_deep._compile_fix(
         "InductorError: FileNotFoundError: [Errno 2] No such file or directory: '/nonexistent/cc'")
-    assert "triton" in deep._compile_fix("PTXASError: ptxas failed")
-    assert "TORCH_LOGS" in deep._compile_fix("something else")
+    assert "triton" in smoke_deep._compile_fix("PTXASError: ptxas failed")
+    assert "TORCH_LOGS" in smoke_deep._compile_fix("something else")
 
 
 def test_quick_level_runs_only_the_cheap_readiness(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUFLEET_SMOKE_DEEP", raising=False)
-    assert deep.selected("quick") == ["readiness"]
-    assert deep.selected("full") == ["readiness", "hostdev_bw", "scaling", "sdc"]
+    assert smoke_deep.selected("quick") == ["readiness"]
+    assert smoke_deep.selected("full") == ["readiness", "hostdev_bw", "scaling", "sdc"]
     monkeypatch.setenv("GPUFLEET_SMOKE_DEEP", "sdc,bogus")
-    assert deep.selected("full") == ["sdc"]
+    assert smoke_deep.selected("full") == ["sdc"]
 
 
 def test_readiness_fails_on_missing_cudnn_and_warns_on_env() -> None:

@@ -34,7 +34,7 @@ from gpufleet.model import (
 from gpufleet.transport.base import Transport, TransportError
 
 SCRIPT = Path(__file__).with_name("smoke_ddp.py")
-DEEP = SCRIPT.with_name("smoke_deep.py")
+DEEP = (SCRIPT.with_name("smoke_deep.py"), SCRIPT.with_name("smoke_deep_verdict.py"))
 MARKER = "GPUFLEET_SMOKE_RUN"
 LOG_TAIL_BYTES = 6000
 MIB = 1 << 20
@@ -369,8 +369,9 @@ def _upload(h: _Host) -> None:
         return
     h.script = f"{h.run_dir}/smoke_ddp.py"
     h.transport.put(SCRIPT.read_bytes(), h.script, 0o644)
-    # smoke_ddp.py imports its deeper checks from its own directory.
-    h.transport.put(DEEP.read_bytes(), f"{h.run_dir}/{DEEP.name}", 0o644)
+    # smoke_ddp.py imports its deeper checks (and their verdicts) from its own directory.
+    for mod in DEEP:
+        h.transport.put(mod.read_bytes(), f"{h.run_dir}/{mod.name}", 0o644)
 
 
 def _prepare_member(h: _Host) -> None:
