@@ -27,7 +27,7 @@ import time
 import traceback
 import types
 
-# The deeper checks ship beside this file (runner uploads both); import it from there.
+# The deeper checks ship beside this file (the runner uploads them too); import from there.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import smoke_deep
 
