@@ -8,7 +8,13 @@ Used on the GPU machines; the result files are committed under benchmarks/result
 Scenarios: quick, full (levels); p2p-disabled (quick with NCCL_P2P_DISABLE=1: bandwidth must
 fail); cvd0 (quick with CUDA_VISIBLE_DEVICES=0 on a 2-GPU host: device count must fail);
 quick-loop (quick with a plain launch loop instead of CUDA graphs, for comparison).
-It calls gpufleet.smoke.runner.run_smoke directly, so only the stdlib and torch are needed.
+The deeper checks' injected faults (issue 17; each narrowed to its check with GPUFLEET_SMOKE_DEEP):
+sdc-corrupt (the test-only hook flips one bit in every result of the last rank), hog-copy (a
+second process copies over the last GPU's PCIe link: host<->device bandwidth must name it),
+hog-matmul (a second process computes on the last GPU: scaling must name its rank), compile-nocc
+(CC/CXX point nowhere and the compile caches are fresh: torch.compile must fail with its fix).
+It calls gpufleet.smoke.runner.run_smoke directly, so only the stdlib and torch are needed; the
+findings are gpufleet's rules on each result (pure, stdlib too).
 """
 
 from __future__ import annotations
@@ -16,14 +22,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
 
-from gpufleet.model import Expectations, HostSpec, to_jsonable
+from gpufleet.model import (
+    Expectations,
+    HostResult,
+    HostSpec,
+    Report,
+    SmokeResult,
+    to_jsonable,
+)
+from gpufleet.rules import evaluate
 from gpufleet.smoke.runner import SmokeOptions, run_smoke
 from gpufleet.transport.local import LocalTransport
 
@@ -34,7 +51,39 @@ SCENARIOS: dict[str, tuple[str, dict[str, str], SmokeOptions]] = {
     "p2p-disabled": ("quick", {"NCCL_P2P_DISABLE": "1"}, SmokeOptions()),
     "cvd0": ("quick", {"CUDA_VISIBLE_DEVICES": "0"}, SmokeOptions()),
     "quick-loop": ("quick", {}, SmokeOptions(bw_method="loop")),
+    "sdc-corrupt": ("full", {"GPUFLEET_SMOKE_DEEP": "sdc", "GPUFLEET_SMOKE_TEST_CORRUPT": "LAST",
+                             "GPUFLEET_SMOKE_SDC_SECONDS": "3"}, SmokeOptions()),
+    "sdc-intermittent": ("full", {"GPUFLEET_SMOKE_DEEP": "sdc",
+                                  "GPUFLEET_SMOKE_TEST_CORRUPT": "LAST:intermittent",
+                                  "GPUFLEET_SMOKE_SDC_SECONDS": "3"}, SmokeOptions()),
+    "hog-copy": ("full", {"GPUFLEET_SMOKE_DEEP": "hostdev_bw"}, SmokeOptions()),
+    "hog-matmul": ("full", {"GPUFLEET_SMOKE_DEEP": "scaling"}, SmokeOptions()),
+    "compile-nocc": ("full", {"GPUFLEET_SMOKE_DEEP": "readiness", "CC": "/nonexistent/cc",
+                              "CXX": "/nonexistent/c++", "TORCHINDUCTOR_CACHE_DIR": "FRESH",
+                              "TRITON_CACHE_DIR": "FRESH"}, SmokeOptions()),
 }
+# Scenarios that start a second process on the last GPU first (benchmarks/gpu_hog.py).
+HOGS = {"hog-copy": "copy", "hog-matmul": "matmul"}
+
+
+def gpu_count() -> int:
+    out = sh("nvidia-smi -L")
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+def start_hog(python: str, gpu: int, mode: str) -> subprocess.Popen[str]:
+    hog = subprocess.Popen(
+        [python, str(Path(__file__).with_name("gpu_hog.py")), "--gpu", str(gpu), "--mode", mode,
+         "--seconds", "240"], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert hog.stdout is not None
+    hog.stdout.readline()  # "ready": the load runs
+    return hog
+
+
+def findings_of(spec: HostSpec, res: SmokeResult) -> list[dict[str, Any]]:
+    report = Report(hosts={spec.name: HostResult(spec.name, "ok", smoke=res)},
+                    specs={spec.name: spec}, level="smoke")
+    return [to_jsonable(f) for f in evaluate(report)]
 
 
 def sh(cmd: str) -> str:
@@ -81,28 +130,40 @@ def main() -> int:
         connection="local",
         expect=Expectations(smoke_python=args.python),
     )
+    ngpu = gpu_count()
     for name in args.scenarios:
         level, env, opts = SCENARIOS[name]
+        last = str(max(ngpu - 1, 0))
+        env = {k: (tempfile.mkdtemp(prefix="gf-fresh-") if v == "FRESH" else
+                   v.replace("LAST", last)) for k, v in env.items()}
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
+        hog = start_hog(args.python, int(last), HOGS[name]) if name in HOGS else None
         t = time.monotonic()
         try:
             res = run_smoke(
-                spec, LocalTransport(spec), None, level=level, timeout=args.timeout, options=opts
+                spec, LocalTransport(spec), None, level=level, timeout=args.timeout, options=opts,
+                force=hog is not None,
             )
         finally:
+            if hog is not None:
+                os.killpg(hog.pid, signal.SIGKILL)
+                hog.wait()
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
         wall = time.monotonic() - t
+        found = findings_of(spec, res)
         doc = {
             "scenario": name,
             "level": level,
             "env": env,
             "controller_wall_s": round(wall, 3),
+            "hog": {"gpu": int(last), "mode": HOGS[name]} if name in HOGS else None,
             "result": to_jsonable(res),
+            "findings": found,
         }
         (out / f"{args.prefix}-smoke-{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
         say(
@@ -121,6 +182,8 @@ def main() -> int:
                     )
                 say(f"      method: {c.data.get('method')}")
         say(f"  timings: {json.dumps(dict(res.timings_s), sort_keys=True)}")
+        for f in found:
+            say(f"  finding {f['rule']} {f['severity']}: {f['message'][:600]}")
         if res.error:
             say(f"  error: {res.error}")
         if res.status not in ("pass", "fail"):

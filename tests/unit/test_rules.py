@@ -47,6 +47,13 @@ def _multinode(n1: str, n2: str) -> SmokeResult:
                        checks=(SmokeCheck("allreduce_exact", True),), hosts=("gpu01", "gpu02"))
 
 
+def _deep(check: str, kind: str) -> Report:
+    problem = {"kind": kind, "rank": 1, "host": "gpu02", "message": f"simulated {kind}",
+               "fix": "the fix the script chose"}
+    return fleet({"gpu02": {"smoke": {"status": "fail", "checks": (
+        SmokeCheck(check, False, f"simulated {kind}", {"problems": [problem]}),)}}})
+
+
 # rule -> (report where it fires, host it must name)
 CASES: dict[str, tuple[Callable[[], Report], str]] = {
     "GF001": (lambda: fleet({"gpu02": _down("unreachable")}), "gpu02"),
@@ -137,6 +144,19 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
                                                  "error": "ImportError: no torch"}}}), "gpu02"),
     "GF603": (lambda: fleet({"gpu02": {"smoke": {"status": "timeout", "hung_ranks": (1,)}}}),
               "gpu02"),
+    # Deeper checks (smoke_deep.py): the script's problem kinds, one rule each.
+    "GF530": (lambda: _deep("hostdev_bw", "gpu_slow"), "gpu02"),
+    "GF531": (lambda: _deep("hostdev_bw", "host_bound"), "gpu02"),
+    "GF532": (lambda: _deep("scaling", "low_scaling"), "gpu02"),
+    "GF533": (lambda: _deep("scaling", "slow_rank"), "gpu02"),
+    "GF534": (lambda: fleet({"gpu02": {"smoke": {"checks": (SmokeCheck(
+        "readiness", True, "", {"tf32_matmul_default": False, "problems": []}),)}}}), "gpu02"),
+    "GF604": (lambda: _deep("sdc", "sdc"), "gpu02"),
+    "GF605": (lambda: _deep("readiness", "cudnn_unavailable"), "gpu02"),
+    "GF606": (lambda: _deep("readiness", "compile_failed"), "gpu02"),
+    "GF607": (lambda: _deep("readiness", "compile_mismatch"), "gpu02"),
+    "GF608": (lambda: _deep("readiness", "compile_unavailable"), "gpu02"),
+    "GF609": (lambda: _deep("readiness", "env_disables"), "gpu02"),
 }
 
 

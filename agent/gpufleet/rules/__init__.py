@@ -9,13 +9,13 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from gpufleet.model import SEVERITY_ORDER, Finding, Report
-from gpufleet.rules import compat, desired, drift, hardware, links, nccl, perf, smoke, state
+from gpufleet.rules import compat, deep, desired, drift, hardware, links, nccl, perf, smoke, state
 from gpufleet.rules.base import Ctx
 from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 
 __all__ = ["FAMILIES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
-_MODULES = (state, desired, drift, compat, hardware, perf, smoke, links, nccl)
+_MODULES = (state, desired, drift, compat, hardware, perf, smoke, links, nccl, deep)
 
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:

@@ -47,6 +47,8 @@ _DRIFT = (
     "`" + _SITE + " --tags {tag} -l {host}`"
 )
 
+_RERUN = " (on {host}); then rerun `gpufleet smoke -l {host} --level full`"
+
 _RULES: tuple[RuleInfo, ...] = (
     # ---------------------------------------------------------------- GF0xx host state
     RuleInfo("GF001", "error", "host unreachable",
@@ -197,6 +199,30 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF603", "error", "smoke test timed out or ranks hung",
              "rerun with NCCL_DEBUG=INFO; check the firewall between hosts and "
              "gpufleet_smoke_interface (NCCL_SOCKET_IFNAME) for {host}"),
+    # ---------------------------------------------------------------- GF53x deeper checks
+    # (smoke/smoke_deep.py; {fix} is what the script chose from what it measured)
+    RuleInfo("GF530", "warning", "pinned host-device bandwidth below the GPU's PCIe link",
+             "{fix}" + _RERUN),
+    RuleInfo("GF531", "warning", "concurrent host-device copies limited by the host",
+             "{fix}" + _RERUN),
+    RuleInfo("GF532", "warning", "DDP weak-scaling efficiency below its threshold",
+             "{fix}" + _RERUN),
+    RuleInfo("GF533", "warning", "a rank much slower than its peers",
+             "{fix}" + _RERUN),
+    RuleInfo("GF534", "info", "TF32 off by default for fp32 matmul",
+             "where fp32 precision is not needed, jobs gain the measured speed-up with "
+             "`torch.backends.cuda.matmul.allow_tf32 = True` or "
+             "`torch.set_float32_matmul_precision('high')`; nothing to fix on {host}"),
+    # ---------------------------------------------------------------- GF604-GF609 deeper smoke
+    RuleInfo("GF604", "error", "silent data corruption: a GPU computed wrong results",
+             "{fix}" + _RERUN),
+    RuleInfo("GF605", "error", "cuDNN not available to torch", "{fix}" + _RERUN),
+    RuleInfo("GF606", "error", "torch.compile failed", "{fix}" + _RERUN),
+    RuleInfo("GF607", "error", "torch.compile result differs from eager", "{fix}" + _RERUN),
+    RuleInfo("GF608", "warning", "torch.compile cannot build GPU kernels (no triton)",
+             "{fix}" + _RERUN),
+    RuleInfo("GF609", "warning", "an environment variable disables TF32 or torch.compile",
+             "{fix}" + _RERUN),
     # ---------------------------------------------------------------- GF7xx configuration
     RuleInfo("GF701", "warning", "NCCL setting turns off a GPU transport (P2P, SHM)",
              "{fix} on {host}, then rerun `gpufleet check --level quick -l {host}`"),
@@ -254,4 +280,8 @@ SMOKE_HINTS: Mapping[str, str] = {
     "ddp": "DDP parameters diverged across ranks: check the all-reduce and the NCCL versions",
     "amp": "the mixed-precision step failed: check the torch/CUDA build of the image",
     "busbw": "the bandwidth sweep failed: run with NCCL_DEBUG=INFO",
+    "readiness": "a readiness check crashed: read the traceback in the check's data",
+    "hostdev_bw": "the host-device copy check crashed: read the traceback in the check's data",
+    "scaling": "the scaling check crashed: read the traceback in the check's data",
+    "sdc": "the silent-data-corruption check crashed: read the traceback in the check's data",
 }

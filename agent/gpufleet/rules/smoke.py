@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from gpufleet.model import Finding
 from gpufleet.rules.base import Ctx, finding
 from gpufleet.rules.catalog import SMOKE_HINTS
+from gpufleet.rules.deep import DEEP_CHECKS
 
 _TAIL = 2000  # characters of log kept as evidence
 
@@ -21,8 +22,10 @@ def check(ctx: Ctx) -> Iterator[Finding]:
         done.add(world)
         label = "+".join(world)
         for c in s.checks:
-            # A busbw check judged against the host's expectation is GF504's (rules/links.py).
-            if not c.passed and not (c.name == "busbw" and c.data.get("basis") == "expectation"):
+            # A busbw check judged against the host's expectation is GF504's (rules/links.py);
+            # the deeper checks are rules/deep.py's.
+            if (not c.passed and c.name not in DEEP_CHECKS
+                    and not (c.name == "busbw" and c.data.get("basis") == "expectation")):
                 yield finding("GF601", world, f"{label}: smoke check {c.name} failed: {c.detail}",
                               {"check": c.name, "detail": c.detail, "data": dict(c.data),
                                "subject": c.name},

@@ -40,6 +40,7 @@ __all__ = ["CPU_RANKS", "LOG_TAIL_BYTES", "MARKER", "REFERENCE_BUSBW", "REFERENC
 
 SCRIPT = Path(__file__).with_name("smoke_ddp.py")
 LAUNCHER = Path(__file__).with_name("smoke_launch.py")
+DEEP = (SCRIPT.with_name("smoke_deep.py"), SCRIPT.with_name("smoke_deep_verdict.py"))
 # The measured nccl-tests table is now a calibration point of the expectation model.
 REFERENCE_BUSBW = expect.MEASURED
 _Host = HostRun  # the tests' name for it
@@ -370,6 +371,9 @@ def _upload(h: _Host) -> None:
     h.transport.put(SCRIPT.read_bytes(), h.script, 0o644)
     # The launcher and its watchdog sit beside the script (smoke_ddp.py --spawn loads it).
     h.transport.put(LAUNCHER.read_bytes(), f"{h.run_dir}/smoke_launch.py", 0o644)
+    # smoke_ddp.py imports its deeper checks (and their verdicts) from its own directory.
+    for mod in DEEP:
+        h.transport.put(mod.read_bytes(), f"{h.run_dir}/{mod.name}", 0o644)
 
 
 def _prepare_member(h: _Host) -> None:

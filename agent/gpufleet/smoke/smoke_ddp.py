@@ -27,6 +27,10 @@ import time
 import traceback
 import types
 
+# The deeper checks ship beside this file (the runner uploads them too); import from there.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import smoke_deep
+
 T_START = time.time()
 SCHEMA = "gpufleet.smoke/v1"
 MIB = 1 << 20
@@ -643,6 +647,8 @@ def run_rank(torch, dist, timings):
                 bw["local"], _ = busbw_sweep(torch, dist, run_dev, all_gpu, mine, sizes,
                                              ARGS.bw_method)
                 timings["busbw_local_s"] = time.perf_counter() - t
+    smoke_deep.run(sys.modules[__name__], torch, dist, run_dev, all_gpu, group, ARGS.level,
+                   checks, timings)
     return info, checks, bw, gathered
 
 
@@ -715,6 +721,8 @@ def aggregate(ranks, bw_world, timings):
                 "; ".join("%d: %s" % (rk, json.dumps(c, sort_keys=True)[:300])
                           for rk, c in got if rk in bad))
         add(name, not bad, detail, data)
+    for name, passed, detail, data in smoke_deep.aggregate(ranks):
+        add(name, passed, detail, data)
 
     busbw = {}
     if bw_world is None:
