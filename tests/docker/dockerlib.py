@@ -61,6 +61,7 @@ class DockerLab:
     registry_proc: subprocess.Popen[bytes] | None = None
     ref: str = ""  # registry/repo:tag of the pushed test image
     digest: str = ""  # its manifest digest, sha256:…
+    bridge: str | None = None  # own bridge for the engine's default network (bridge labs only)
     _closed: bool = field(default=False, repr=False)
 
     # ------------------------------------------------------------------ paths and clients
@@ -221,6 +222,8 @@ class DockerLab:
                     self.docker("rm", "-f", *ids, check=False, timeout=60)
         _stop_pid(self.engine, 30)
         _stop_pid(self.registry_proc, 10)
+        if self.bridge is not None:
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         for pid, _ in _processes_under(self.root):  # shims re-parented away from dockerd
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -349,8 +352,13 @@ def _connects(address: str, port: int) -> bool:
         return s.connect_ex((address, port)) == 0
 
 
-def start_lab(daemon_json: dict[str, object] | None = None) -> DockerLab:
-    """Start an engine and a registry; the caller must close() the lab (prefer make_lab)."""
+def start_lab(daemon_json: dict[str, object] | None = None, bridge: bool = False) -> DockerLab:
+    """Start an engine and a registry; the caller must close() the lab (prefer make_lab).
+
+    bridge: the engine's default network is a bridge of the lab's own (gfb<pid><n>, on a free
+    10.232.N.1/24, created here, deleted at close) instead of none, still with --iptables=false
+    and --ip-masq=false: `docker run -p 127.0.0.1:PORT:PORT` is served by docker-proxy on the
+    loopback address and containers on the bridge reach nothing outside the machine."""
     if os.geteuid() != 0:
         raise LabError("the Docker test lab needs root (dockerd)")
     for tool, pkg in ((DOCKERD, "docker.io"), (DOCKER, "docker.io"), (REGISTRY, "docker-registry")):
@@ -361,6 +369,8 @@ def start_lab(daemon_json: dict[str, object] | None = None) -> DockerLab:
     subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
     root.mkdir(parents=True)
     lab = DockerLab(root=root, address=free_address())
+    if bridge:
+        lab.bridge = f"gfb{os.getpid()}{next(_counter)}"[-15:]
     _LIVE.add(lab)
     try:
         _start(lab, daemon_json or {})
@@ -389,10 +399,12 @@ def _start(lab: DockerLab, daemon_json: dict[str, object]) -> None:
             [REGISTRY, "serve", str(reg_cfg)], stdin=subprocess.DEVNULL, stdout=log,
             stderr=log, start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
+    if lab.bridge is not None:
+        _make_bridge(lab.bridge)
     eng_log = root / "dockerd.log"
     with eng_log.open("wb") as log:
         lab.engine = subprocess.Popen(
-            [DOCKERD, "--iptables=false", "--ip-masq=false", "--bridge=none",
+            [DOCKERD, "--iptables=false", "--ip-masq=false", f"--bridge={lab.bridge or 'none'}",
              "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
              "-H", f"unix://{lab.socket}", "--pidfile", str(lab.pidfile),
              "--config-file", str(lab.daemon_json)],
@@ -409,9 +421,28 @@ def _start(lab: DockerLab, daemon_json: dict[str, object]) -> None:
     _wait(engine_answers, "dockerd", lab.engine, eng_log, 60)
 
 
+def _make_bridge(name: str) -> None:
+    """A bridge with the first free 10.232.N.1/24 (N 1-250) of this machine, up."""
+    used = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+    for n in range(1, 251):
+        cidr = f"10.232.{n}.1/24"
+        if f" 10.232.{n}." in used:
+            continue
+        for argv in (["ip", "link", "add", name, "type", "bridge"],
+                     ["ip", "addr", "add", cidr, "dev", name], ["ip", "link", "set", name, "up"]):
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise LabError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+        return
+    raise LabError("no free 10.232.N.0/24 for the lab's bridge")
+
+
 @contextlib.contextmanager
-def make_lab(daemon_json: dict[str, object] | None = None) -> Iterator[DockerLab]:
-    lab = start_lab(daemon_json)
+def make_lab(
+    daemon_json: dict[str, object] | None = None, bridge: bool = False
+) -> Iterator[DockerLab]:
+    lab = start_lab(daemon_json, bridge)
     try:
         yield lab
     finally:
