@@ -47,6 +47,9 @@ class Expectations:
     mig_expected: bool = False  # gpufleet_mig_expected
     smoke_address: str | None = None  # gpufleet_smoke_address (multinode rendezvous address)
     smoke_interface: str | None = None  # gpufleet_smoke_interface (NCCL/GLOO_SOCKET_IFNAME)
+    # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
+    # pytorch_image_digest); None: the host declares no workspaces
+    workspaces: Mapping[str, str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -210,10 +213,35 @@ class Facts:
     # family -> reason, e.g. {"nvidia_smi": "nvidia-smi: not found"}; "hung" reasons say so
     errors: Mapping[str, str] = field(default_factory=dict)
     probe_duration_s: float | None = None
+    containers: tuple[ContainerInfo, ...] = ()  # running containers (workspaces and others)
 
     @property
     def gpu_count(self) -> int:
         return len(self.gpus)
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """A running container (`docker inspect`); workspace fields from the pytorch_workspace role's
+    labels and, for workspaces, from checks run inside the container."""
+
+    id: str
+    name: str
+    image: str | None = None  # as created: "repo@sha256:…" or "repo:tag"
+    image_digest: str | None = None  # the sha256:… of `image`, when it names one
+    workspace: str | None = None  # label gpufleet.workspace
+    user: str | None = None  # workspace user (label), else Config.User
+    uid: int | None = None
+    gpus: tuple[str, ...] = ()  # DeviceRequests' device IDs (indices/UUIDs), "all" for --gpus all
+    ports: tuple[str, ...] = ()  # "127.0.0.1:28000->8888/tcp"
+    memory_bytes: int = 0  # 0: no limit
+    nano_cpus: int = 0
+    jupyter_status: int | None = None  # HTTP status of /api/contents without a token (inside)
+    jupyter_uids: tuple[int, ...] = ()
+    ssh_password_auth: bool | None = None  # the running sshd's effective config (sshd -T)
+    ssh_root_login: str | None = None
+    check_error: str | None = None  # why the inside checks gave nothing
+    pids: tuple[int, ...] = ()  # host PIDs of the container's processes (workspaces only)
 
 
 # --------------------------------------------------------------------------- smoke

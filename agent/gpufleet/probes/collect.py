@@ -11,10 +11,13 @@ from importlib import resources
 from gpufleet.model import DriverInfo, FabricInfo, Facts, HostSpec, ImageInfo
 from gpufleet.probes.containers import (
     docker_failure,
+    merge_workspace_checks,
     parse_containerd_version,
+    parse_containers,
     parse_docker_info,
     parse_repo_digests,
     parse_toolkit_version,
+    parse_workspace_checks,
 )
 from gpufleet.probes.fabric import (
     fabric_info,
@@ -211,6 +214,10 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     containerd = parse_containerd_version(ok("containerd") or "")
     fail("containerd", "containerd", "containerd")
     image = _image(s.get("image"), meta.get("image") or None, errors, tt)
+    containers = parse_containers(ok("containers") or "")
+    if (checks := s.get("workspace_checks")) is not None:
+        containers = merge_workspace_checks(containers, parse_workspace_checks(checks.stdout))
+    fail("containers", "containers", "docker inspect")
 
     # -- libraries, kernel log, processes
     nccl = None
@@ -242,6 +249,7 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
         xid_events=xids,
         gpu_processes=processes,
         errors=errors,
+        containers=containers,
     )
 
 
