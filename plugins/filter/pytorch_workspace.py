@@ -125,10 +125,11 @@ def pytorch_workspace_plan(
         index, _, uuid = str(line).partition(",")
         if index.strip().isdigit():
             gpus.append({"index": index.strip(), "uuid": uuid.strip()})
-    if not re.match(r"^[^@\s]+:[^:/@\s]+$", str(image or "")):
-        errors.append(f"pytorch_image must be repository:tag, not {image!r}")
-    if not _DIGEST.match(str(digest or "")):
-        errors.append(f"pytorch_image_digest must be sha256:<64 hex>, not {digest!r}")
+    if any(isinstance(w, dict) and w.get("state", "present") == "present" for w in workspaces):
+        if not re.match(r"^[^@\s]+:[^:/@\s]+$", str(image or "")):
+            errors.append(f"pytorch_image must be repository:tag, not {image!r}")
+        if not _DIGEST.match(str(digest or "")):
+            errors.append(f"pytorch_image_digest must be sha256:<64 hex>, not {digest!r}")
     repo = str(image or "").rsplit(":", 1)[0]
     min_token = int(opts["token_min_length"])
     names: set[str] = set()

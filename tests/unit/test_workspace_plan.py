@@ -113,3 +113,10 @@ def test_actions_recreate_only_the_changed_workspace() -> None:
     ps = [f"gpufleet-ws-a|a|{a['config']}|exited", f"gpufleet-ws-b|b|{b['config']}|running"]
     assert pw.pytorch_workspace_actions(p, ps) == {
         "remove": [], "create": [], "start": ["gpufleet-ws-a"]}
+
+
+def test_no_workspaces_plan_nothing_even_without_an_image() -> None:
+    assert pw.pytorch_workspace_plan([], [], "", "", OPTS) == {"errors": [], "workspaces": []}
+    errors = pw.pytorch_workspace_plan([ws("a", 8888)], [], "no-tag", "sha256:x", OPTS)["errors"]
+    assert errors == ["pytorch_image must be repository:tag, not 'no-tag'",
+                      "pytorch_image_digest must be sha256:<64 hex>, not 'sha256:x'"]
