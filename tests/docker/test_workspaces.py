@@ -7,7 +7,9 @@ The tests run in file order and share one world (engine, registry, image, invent
 from __future__ import annotations
 
 import json
+import shutil
 import stat
+import time
 from collections.abc import Iterator
 
 import dockerlib
@@ -214,3 +216,38 @@ def test_an_image_without_sshd_and_jupyter_is_refused(world: WorkspaceWorld) -> 
     assert (f"{world.lab.registry}/gpufleet/tiny@{digest} cannot serve workspaces: missing in "
             "the image: /usr/sbin/sshd, jupyter-server") in play.flat, play.tail()
     assert world.lab.docker("ps", "-a", "-q", "--filter", "name=gpufleet-ws-t").stdout == ""
+
+
+def test_check_names_an_unsafe_hand_made_workspace(world: WorkspaceWorld) -> None:
+    """A workspace container made by hand from the pinned image: Jupyter without a token and
+    as root, sshd with passwords, no memory limit. The agent's inside checks see each fault."""
+    broken = world.workdir / "broken-c"
+    shutil.copytree(world.config_dir / "a", broken)
+    jcfg = broken / "jupyter_server_config.json"
+    data = json.loads(jcfg.read_text())
+    data["ServerApp"].update(token="", allow_root=True)
+    jcfg.write_text(json.dumps(data))
+    sshd = broken / "sshd_config"
+    sshd.write_text(sshd.read_text().replace("PasswordAuthentication no",
+                                             "PasswordAuthentication yes"))
+    start = broken / "start.sh"
+    start.write_text(start.read_text().replace(
+        'setpriv --reuid="$uid" --regid="$uid" --init-groups env', "env"))
+    world.lab.docker("run", "-d", "--name", "gpufleet-ws-c", "--label", f"{LABEL}=c",
+                     "--label", f"{LABEL}.jupyter=8888", "-v",
+                     f"{broken}:/etc/gpufleet-workspace:ro", "--entrypoint", "/bin/sh",
+                     f"{world.repo}@{world.digest}", "/etc/gpufleet-workspace/start.sh")
+    try:
+        probe = ["exec", "gpufleet-ws-c", "python3", "-c", "import urllib.request as u; "
+                 "u.urlopen('http://127.0.0.1:8888/api/status', timeout=2)"]
+        deadline = time.monotonic() + 90
+        while world.lab.docker(*probe, check=False).returncode != 0:
+            assert time.monotonic() < deadline, world.lab.docker("logs", "gpufleet-ws-c").stderr
+            time.sleep(1)
+        report = json.loads(world.cli("check", "--level", "facts", "--format", "json").stdout)
+        found = sorted((f["rule"], f["evidence"].get("workspace")) for f in report["findings"]
+                       if f["rule"].startswith("GF8") and f["hosts"] == [HOST])
+        assert found == [("GF801", "a"), ("GF804", "c"), ("GF805", "c"), ("GF806", "c"),
+                         ("GF807", "c")], found
+    finally:
+        world.lab.docker("rm", "-f", "gpufleet-ws-c", check=False)
