@@ -66,3 +66,13 @@ def test_failed_inside_check_is_kept_as_an_error() -> None:
     five = checks["5" * 64]
     assert five["check_error"] == "jupyter: URLError; no running sshd found"
     assert five["jupyter_status"] is None and "ssh_password_auth" not in five
+
+
+def test_a_container_gone_between_ps_and_inspect_keeps_the_others() -> None:
+    text = CAPTURE.read_text().replace("==gpufleet== containers rc=0",
+                                       "==gpufleet== containers rc=1", 1)
+    text = text.replace("==gpufleet== workspace_checks", "==gpufleet-stderr==\nError: No such "
+                        "object: 0123abcd\n==gpufleet== workspace_checks", 1)
+    facts = parse_probe_output(text)
+    assert [c.workspace for c in facts.containers] == ["a", "b"]
+    assert "containers" not in facts.errors

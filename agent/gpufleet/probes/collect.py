@@ -214,10 +214,13 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     containerd = parse_containerd_version(ok("containerd") or "")
     fail("containerd", "containerd", "containerd")
     image = _image(s.get("image"), meta.get("image") or None, errors, tt)
-    containers = parse_containers(ok("containers") or "")
+    # docker inspect exits 1 when one container vanished after `docker ps`: keep the others.
+    section = s.get("containers")
+    containers = parse_containers(section.stdout if section is not None else "")
     if (checks := s.get("workspace_checks")) is not None:
         containers = merge_workspace_checks(containers, parse_workspace_checks(checks.stdout))
-    fail("containers", "containers", "docker inspect")
+    if not containers:
+        fail("containers", "containers", "docker inspect")
 
     # -- libraries, kernel log, processes
     nccl = None
