@@ -6,14 +6,22 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 need=()
 for pkg in python3 python3-venv python3-pip openssh-server openssh-client debootstrap iproute2 procps \
-           util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev \
+           util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev docker.io docker-registry \
            slurmctld slurmd slurm-client munge \
            g++ python3-dev; do  # g++, python3-dev: torch.compile on CPU (inductor) in smoke tests
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  # Package scripts must not start daemons here (docker.io, docker-registry): the tests start
+  # their own. Debian's mechanism; only when the machine has no policy of its own.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
+  apt-get -o DPkg::Lock::Timeout=900 update -qq
+  apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 PY=${GPUFLEET_PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then

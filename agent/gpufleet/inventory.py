@@ -270,8 +270,21 @@ def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) 
             domain=text("gpufleet_domain"),
             multinode_min_busbw_gbps=number("gpufleet_multinode_min_busbw_gbps"),
             slurm_node=text("gpufleet_slurm_node"),
+            workspaces=_workspaces(var("pytorch_workspaces"), text("pytorch_image_digest")),
         ),
     )
+
+
+def _workspaces(value: Any, pinned: str | None) -> dict[str, str | None] | None:
+    """pytorch_workspaces -> {name: the digest it should run}, present workspaces only
+    (only name, state and image_digest are read: never the tokens)."""
+    if not isinstance(value, list):
+        return None
+    found: dict[str, str | None] = {}
+    for item in value:
+        if isinstance(item, Mapping) and item.get("name") and item.get("state") != "absent":
+            found[str(item["name"])] = str(item.get("image_digest") or pinned or "") or None
+    return found
 
 
 def _parse_ssh_args(args: Sequence[str]) -> dict[str, Any]:

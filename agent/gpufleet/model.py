@@ -50,6 +50,9 @@ class Expectations:
     domain: str | None = None  # gpufleet_domain (rack, pod: localize's first-level groups)
     multinode_min_busbw_gbps: float | None = None  # gpufleet_multinode_min_busbw_gbps
     slurm_node: str | None = None  # gpufleet_slurm_node (Slurm NodeName, for drain lines)
+    # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
+    # pytorch_image_digest); None: the host declares no workspaces
+    workspaces: Mapping[str, str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -238,10 +241,35 @@ class Facts:
     errors: Mapping[str, str] = field(default_factory=dict)
     probe_duration_s: float | None = None
     nccl_config: NcclConfig | None = None  # NCCL settings in files and the ssh environment
+    containers: tuple[ContainerInfo, ...] = ()  # running containers (workspaces and others)
 
     @property
     def gpu_count(self) -> int:
         return len(self.gpus)
+
+
+@dataclass(frozen=True)
+class ContainerInfo:
+    """A running container (`docker inspect`); workspace fields from the pytorch_workspace role's
+    labels and, for workspaces, from checks run inside the container."""
+
+    id: str
+    name: str
+    image: str | None = None  # as created: "repo@sha256:…" or "repo:tag"
+    image_digest: str | None = None  # the sha256:… of `image`, when it names one
+    workspace: str | None = None  # label gpufleet.workspace
+    user: str | None = None  # workspace user (label), else Config.User
+    uid: int | None = None
+    gpus: tuple[str, ...] = ()  # DeviceRequests' device IDs (indices/UUIDs), "all" for --gpus all
+    ports: tuple[str, ...] = ()  # "127.0.0.1:28000->8888/tcp"
+    memory_bytes: int = 0  # 0: no limit
+    nano_cpus: int = 0
+    jupyter_status: int | None = None  # HTTP status of /api/contents without a token (inside)
+    jupyter_uids: tuple[int, ...] = ()
+    ssh_password_auth: bool | None = None  # the running sshd's effective config (sshd -T)
+    ssh_root_login: str | None = None
+    check_error: str | None = None  # why the inside checks gave nothing
+    pids: tuple[int, ...] = ()  # host PIDs of the container's processes (workspaces only)
 
 
 # --------------------------------------------------------------------------- smoke

@@ -11,12 +11,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
@@ -375,9 +377,17 @@ def save_apt_cache(t: Target) -> None:
 DEV_NODES = ["null", "zero", "full", "random", "urandom", "tty"]
 
 
-def start_sshd(t: Target, log: Path) -> None:
-    """sshd in its own mount namespace: the bind mounts vanish with it, also after a crash."""
+def start_sshd(t: Target, log: Path, binds: Sequence[tuple[str, str]] = ()) -> None:
+    """sshd in its own mount namespace: the bind mounts vanish with it, also after a crash.
+
+    binds: (path on this machine, path inside the target) pairs mounted there as well (a file or
+    a directory, e.g. a Docker engine's socket)."""
     r = str(t.root)
+    extra = "".join(
+        f"{'mkdir -p' if Path(src).is_dir() else 'touch'} {shlex.quote(r + dst)}; "
+        f"mount --bind {shlex.quote(src)} {shlex.quote(r + dst)}; "
+        for src, dst in binds
+    )
     # A private /dev (tmpfs with the host's basic nodes bound in) lets a test put a stand-in
     # /dev/nvidia0 there without touching the host's /dev.
     nodes = " ".join(DEV_NODES)
@@ -390,7 +400,7 @@ def start_sshd(t: Target, log: Path) -> None:
         f"ln -s /proc/self/fd {r}/dev/fd; ln -s pts/ptmx {r}/dev/ptmx; "
         f"ln -s /proc/self/fd/0 {r}/dev/stdin; ln -s /proc/self/fd/1 {r}/dev/stdout; "
         f"ln -s /proc/self/fd/2 {r}/dev/stderr; "
-        f"mount --bind /proc {r}/proc; mount --rbind /sys {r}/sys; "
+        f"mount --bind /proc {r}/proc; mount --rbind /sys {r}/sys; {extra}"
         f"exec chroot {r} /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config_gpufleet"
     )
     # unshare without --fork execs sh, which execs chroot, which execs sshd: Popen's pid is sshd's.

@@ -7,11 +7,12 @@ import re
 from collections.abc import Callable
 
 import pytest
-from test_rules_builders import BUSBW, NOW, facts, fleet, gpu, smoke
+from test_rules_builders import BUSBW, DIGEST, NOW, facts, fleet, gpu, smoke
 
 from gpufleet.history import HISTORY_RULES
 from gpufleet.model import (
     SEVERITY_ORDER,
+    ContainerInfo,
     DriverInfo,
     FabricInfo,
     GpuNvLinks,
@@ -52,6 +53,12 @@ def _deep(check: str, kind: str) -> Report:
                "fix": "the fix the script chose"}
     return fleet({"gpu02": {"smoke": {"status": "fail", "checks": (
         SmokeCheck(check, False, f"simulated {kind}", {"problems": [problem]}),)}}})
+def _ws(name: str, **kw: object) -> ContainerInfo:
+    base = ContainerInfo(id=name * 64, name=f"gpufleet-ws-{name}", image_digest=DIGEST,
+                         image=f"registry.example/nvidia/pytorch@{DIGEST}", workspace=name,
+                         user="alice", uid=1000, memory_bytes=1 << 34, jupyter_status=403,
+                         jupyter_uids=(1000,), ssh_password_auth=False)  # fmt: skip
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
 # rule -> (report where it fires, host it must name)
@@ -157,6 +164,20 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
     "GF607": (lambda: _deep("readiness", "compile_mismatch"), "gpu02"),
     "GF608": (lambda: _deep("readiness", "compile_unavailable"), "gpu02"),
     "GF609": (lambda: _deep("readiness", "env_disables"), "gpu02"),
+    **{rule: (lambda c=change, x=extra: fleet({"gpu02": {"facts": {"containers": (
+        _ws("a", **c), *x)}}}, expectations={"workspaces": {"a": DIGEST}}), "gpu02")
+       for rule, change, extra in (
+           ("GF801", {"image_digest": "sha256:" + "0" * 64}, ()),
+           ("GF802", {"gpus": ("0",)}, (_ws("b", gpus=("0",)),)),
+           ("GF803", {"gpus": ("1",)}, (ContainerInfo(id="f" * 64, name="job", gpus=("1",)),)),
+           ("GF804", {"jupyter_status": 200}, ()),
+           ("GF805", {"ssh_password_auth": True}, ()),
+           ("GF806", {"memory_bytes": 0}, ()),
+           ("GF807", {"user": "root", "uid": 0}, ()),
+           ("GF809", {"check_error": "check exited 126"}, ()),
+       )},
+    "GF808": (lambda: fleet({"gpu02": {"facts": {"containers": ()}}},
+                            expectations={"workspaces": {"a": DIGEST}}), "gpu02"),
 }
 
 

@@ -13,10 +13,13 @@ from gpufleet import ncclconf
 from gpufleet.model import DriverInfo, FabricInfo, Facts, Gpu, HostSpec, ImageInfo, OsInfo, Topology
 from gpufleet.probes.containers import (
     docker_failure,
+    merge_workspace_checks,
     parse_containerd_version,
+    parse_containers,
     parse_docker_info,
     parse_repo_digests,
     parse_toolkit_version,
+    parse_workspace_checks,
 )
 from gpufleet.probes.fabric import (
     fabric_info,
@@ -226,6 +229,15 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     containerd = safe("containerd", None, parse_containerd_version, ok("containerd") or "")
     fail("containerd", "containerd", "containerd")
     image = safe("image", None, _image, s.get("image"), meta.get("image") or None, errors, tt)
+    # docker inspect exits 1 when one container vanished after `docker ps`: keep the others.
+    section = s.get("containers")
+    containers = safe("containers", (), parse_containers,
+                      section.stdout if section is not None else "")
+    if (checks := s.get("workspace_checks")) is not None:
+        containers = safe("containers", containers, merge_workspace_checks, containers,
+                          safe("containers", {}, parse_workspace_checks, checks.stdout))
+    if not containers:
+        fail("containers", "containers", "docker inspect")
 
     # -- libraries, kernel log, processes
     nccl = None
@@ -259,6 +271,7 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
         errors=errors,
         nccl_config=ncclconf.parse(ok("nccl_conf") or "") if ok("nccl_conf") is not None
         else None,
+        containers=containers,
     )
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import Any
 
-from gpufleet.model import DockerInfo
+from gpufleet.model import ContainerInfo, DockerInfo
 
 _VERSION = re.compile(r"\bv?(\d+\.\d+\.\d+(?:[-+~][0-9A-Za-z.+~-]+)?)")
 
@@ -76,3 +77,123 @@ def _json_object(text: str) -> dict[str, Any] | None:
             if isinstance(value, dict):
                 return value
     return None
+
+
+# --------------------------------------------------------------------------- running containers
+
+WORKSPACE_LABEL = "gpufleet.workspace"
+_DIGEST = re.compile(r"@(sha256:[0-9a-f]{64})$")
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _ports(bindings: Any) -> tuple[str, ...]:
+    """HostConfig.PortBindings {"8888/tcp": [{"HostIp": "127.0.0.1", "HostPort": "28000"}]}."""
+    found = []
+    if isinstance(bindings, dict):
+        for inside, hosts in sorted(bindings.items()):
+            for b in hosts if isinstance(hosts, list) else []:
+                if isinstance(b, dict):
+                    ip = str(b.get("HostIp") or "0.0.0.0")  # noqa: S104  (docker's "all")
+                    found.append(f"{ip}:{b.get('HostPort') or '?'}->{inside}")
+    return tuple(found)
+
+
+def _gpus(requests: Any) -> tuple[str, ...]:
+    """HostConfig.DeviceRequests of the gpu capability: device IDs, or "all" (Count -1)."""
+    found: list[str] = []
+    for r in requests if isinstance(requests, list) else []:
+        if not isinstance(r, dict):
+            continue
+        caps = r.get("Capabilities") or []
+        if not any("gpu" in c for c in caps if isinstance(c, list)) and r.get("Driver") != "nvidia":
+            continue
+        ids = [str(i) for i in r.get("DeviceIDs") or []]
+        found += ids if ids else (["all"] if r.get("Count") == -1 else [])
+    return tuple(found)
+
+
+def parse_containers(text: str) -> tuple[ContainerInfo, ...]:
+    """`docker inspect --format '{"Id":…}' IDS` (probe.sh's ctr_format, one JSON per line)."""
+    found = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("Id"), str):
+            continue
+        raw_labels = data.get("Labels")
+        labels: dict[str, Any] = raw_labels if isinstance(raw_labels, dict) else {}
+        image = str(data["Image"]) if data.get("Image") else None
+        digest = _DIGEST.search(image) if image else None
+        uid = str(labels.get(f"{WORKSPACE_LABEL}.uid", ""))
+        found.append(ContainerInfo(
+            id=data["Id"],
+            name=str(data.get("Name") or "").lstrip("/"),
+            image=image,
+            image_digest=digest.group(1) if digest else None,
+            workspace=str(labels[WORKSPACE_LABEL]) if labels.get(WORKSPACE_LABEL) else None,
+            user=str(labels.get(f"{WORKSPACE_LABEL}.user") or data.get("User") or "") or None,
+            uid=int(uid) if uid.isdigit() else None,
+            gpus=_gpus(data.get("DeviceRequests")),
+            ports=_ports(data.get("PortBindings")),
+            memory_bytes=_int(data.get("Memory")),
+            nano_cpus=_int(data.get("NanoCpus")),
+        ))  # fmt: skip
+    return tuple(found)
+
+
+def parse_workspace_checks(text: str) -> dict[str, dict[str, Any]]:
+    """probe.sh's workspace_checks: `container=ID rc=N` then the inside check's JSON line.
+
+    -> {id: fields for ContainerInfo (jupyter_status, jupyter_uids, ssh_password_auth,
+    ssh_root_login, check_error, pids: host PIDs from `docker top ID -eo pid`)}."""
+    found: dict[str, dict[str, Any]] = {}
+    current: str | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        head = re.fullmatch(r"container=([0-9a-f]{12,64}) rc=(\d+)", line)
+        if head:
+            current = head.group(1)
+            rc = int(head.group(2))
+            found[current] = {"check_error": None if rc == 0 else f"check exited {rc}"}
+            continue
+        if current is not None and line.startswith("pids="):
+            found[current]["pids"] = tuple(int(x) for x in line[5:].split() if x.isdigit())
+            continue
+        if current is None or not line.startswith("{"):
+            continue
+        try:
+            data = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(data, dict):
+            continue
+        out = found[current]
+        status = data.get("jupyter_status")
+        out["jupyter_status"] = status if isinstance(status, int) else None
+        uids = data.get("jupyter_uids")
+        out["jupyter_uids"] = tuple(u for u in uids if isinstance(u, int)) if isinstance(
+            uids, list) else ()
+        sshd = data.get("sshd_T") if isinstance(data.get("sshd_T"), dict) else None
+        if sshd is not None and data.get("sshd_T_rc") == 0:
+            out["ssh_password_auth"] = (sshd.get("passwordauthentication") == "yes"
+                                        or sshd.get("kbdinteractiveauthentication") == "yes")
+            out["ssh_root_login"] = str(sshd.get("permitrootlogin") or "") or None
+        problems = [f"jupyter: {data['jupyter_error']}" if data.get("jupyter_error") else "",
+                    "" if sshd is not None else "no running sshd found"]
+        out["check_error"] = "; ".join(p for p in problems if p) or out["check_error"]
+    return found
+
+
+def merge_workspace_checks(
+    containers: tuple[ContainerInfo, ...], checks: dict[str, dict[str, Any]]
+) -> tuple[ContainerInfo, ...]:
+    return tuple(dataclasses.replace(c, **checks[c.id]) if c.id in checks else c
+                 for c in containers)  # fmt: skip

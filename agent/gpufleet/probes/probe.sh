@@ -208,4 +208,58 @@ fi
 : >"$tmp/err"
 emit nccl_conf 0
 
+# Running containers (settings only: never Env, which may hold secrets), then, inside each
+# workspace container (label gpufleet.workspace, made by the pytorch_workspace role), what its
+# Jupyter answers without a token, what its running sshd accepts and which uid Jupyter runs as.
+ctr_format='{"Id":{{json .Id}},"Name":{{json .Name}},"Image":{{json .Config.Image}},"Labels":{{json .Config.Labels}},"User":{{json .Config.User}},"Running":{{json .State.Running}},"Memory":{{json .HostConfig.Memory}},"NanoCpus":{{json .HostConfig.NanoCpus}},"DeviceRequests":{{json .HostConfig.DeviceRequests}},"PortBindings":{{json .HostConfig.PortBindings}}}'
+ws_check='import json, os, re, subprocess, sys, urllib.error, urllib.request
+r = {}
+jp = sys.argv[1] if len(sys.argv) > 1 else ""
+if jp.isdigit():
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%s/api/contents" % jp, timeout=3) as x:
+            r["jupyter_status"] = x.status
+    except urllib.error.HTTPError as e:
+        r["jupyter_status"] = e.code
+    except Exception as e:
+        r["jupyter_error"] = type(e).__name__
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        cmd = open("/proc/%s/cmdline" % pid, "rb").read().replace(b"\0", b" ").decode().strip()
+        uid = int(re.search(r"^Uid:\s+(\d+)", open("/proc/%s/status" % pid).read(), re.M).group(1))
+    except Exception:
+        continue
+    if "jupyter" in cmd and pid != str(os.getpid()):
+        r.setdefault("jupyter_uids", []).append(uid)
+    m = re.match(r"sshd: (/\S*sshd)(.*?) \[listener\]", cmd)
+    if m and "sshd_T" not in r:
+        argv = [m.group(1), "-T"] + [a for a in m.group(2).split() if a not in ("-D", "-d", "-e")]
+        t = subprocess.run(argv, capture_output=True, text=True, timeout=5)
+        r["sshd_T"] = {k: v for k, _, v in (ln.partition(" ") for ln in t.stdout.splitlines())
+                       if k in ("passwordauthentication", "kbdinteractiveauthentication",
+                                "permitrootlogin", "permitemptypasswords", "port")}
+        r["sshd_T_rc"] = t.returncode
+print(json.dumps(r, sort_keys=True))'
+capture docker ps -q --no-trunc
+if [ "$rc" = 0 ] && [ -s "$tmp/out" ]; then
+    ids=$(tr -cd '0-9a-f\n' <"$tmp/out" | tr '\n' ' ')
+    # shellcheck disable=SC2086  # ids: hex only, split on purpose
+    capture docker inspect --format "$ctr_format" -- $ids
+    emit containers "$rc"
+    capture docker ps -q --no-trunc --filter label=gpufleet.workspace
+    wids=$(tr -cd '0-9a-f\n' <"$tmp/out" | tr '\n' ' ')
+    : >"$tmp/wsc"
+    for id in $wids; do
+        capture docker inspect --format '{{index .Config.Labels "gpufleet.workspace.jupyter"}}' -- "$id"
+        jp=$(tr -cd '0-9' <"$tmp/out")
+        capture docker exec "$id" python3 -c "$ws_check" "$jp"
+        { printf 'container=%s rc=%s\n' "$id" "$rc"; cat "$tmp/out"; echo; } >>"$tmp/wsc"
+        capture docker top "$id" -eo pid
+        printf 'pids=%s\n' "$(tr -cd '0-9\n' <"$tmp/out" | tr '\n' ' ')" >>"$tmp/wsc"
+    done
+    : >"$tmp/err"
+    mv "$tmp/wsc" "$tmp/out"
+    emit workspace_checks 0
+fi
+
 printf '==gpufleet== end rc=0\n'

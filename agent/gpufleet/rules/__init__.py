@@ -10,12 +10,14 @@ from datetime import datetime, timezone
 
 from gpufleet.model import SEVERITY_ORDER, Finding, Report
 from gpufleet.rules import compat, deep, desired, drift, hardware, links, nccl, perf, smoke, state
+from gpufleet.rules import workspaces as workspace_rules
 from gpufleet.rules.base import Ctx
 from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 
 __all__ = ["FAMILIES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
-_MODULES = (state, desired, drift, compat, hardware, perf, smoke, links, nccl, deep)
+_MODULES = (state, desired, drift, compat, hardware, perf, smoke, links, nccl, deep,
+            workspace_rules)
 
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:

@@ -1,7 +1,8 @@
 """Every rule id, its usual severity, title and remediation template. Ids never change meaning.
 
 Families: GF0xx host state, GF1xx desired state (inventory variables), GF2xx peer drift,
-GF3xx compatibility, GF4xx hardware health, GF5xx performance, GF6xx smoke test.
+GF3xx compatibility, GF4xx hardware health, GF5xx performance, GF6xx smoke test,
+GF8xx workspace containers.
 Templates are `str.format` strings; `{host}` is the Ansible limit (comma-joined host names).
 docs/rules.md documents the same ids (a test keeps them in step).
 """
@@ -35,6 +36,7 @@ FAMILIES: Mapping[str, str] = {
     "GF5xx": "performance",
     "GF6xx": "smoke",
     "GF7xx": "configuration",
+    "GF8xx": "workspaces",
     "GF9xx": "node-local (Slurm)",
 }
 
@@ -42,6 +44,7 @@ _SITE = "ansible-playbook playbooks/site.yml"
 # -i: the inventory the check ran on; an exact nvidia_driver_version there wins over a branch,
 # so moving to a branch clears it on the command line.
 _UPGRADE = "ansible-playbook -i INVENTORY gpufleet.gpu.upgrade_driver -l {host}"
+_WS = _SITE + " --tags pytorch_workspace -l {host}"
 _DRIFT = (
     "align {host} with the majority ({majority}): pin the variable in group_vars, then run "
     "`" + _SITE + " --tags {tag} -l {host}`"
@@ -232,6 +235,28 @@ _RULES: tuple[RuleInfo, ...] = (
              "{fix} on {host}: NCCL's docs keep these for debugging, not production"),
     RuleInfo("GF704", "warning", "NCCL_CONF_FILE names a file that cannot be read",
              "create the file or unset NCCL_CONF_FILE for the ssh user on {host}"),
+    # ---------------------------------------------------------------- GF8xx workspaces
+    RuleInfo("GF801", "error", "workspace runs a digest other than the pinned one",
+             _WS + " (recreates {workspace} on {expected})"),
+    RuleInfo("GF802", "error", "GPU assigned to two workspaces",
+             "give GPU {gpu} of {host} to one workspace in pytorch_workspaces (the role refuses "
+             "a shared GPU), then " + _WS),
+    RuleInfo("GF803", "warning", "workspace GPU used by a foreign container or process",
+             "stop what else uses GPU {gpu} on {host} (`nvidia-smi --query-compute-apps=pid,"
+             "name,gpu_uuid --format=csv`, `docker ps`), or move the workspace to another GPU"),
+    RuleInfo("GF804", "error", "Jupyter of a workspace answers without a token",
+             "set a jupyter_token (vaulted, >= 32 characters) for {workspace}, then " + _WS),
+    RuleInfo("GF805", "error", "sshd of a workspace accepts passwords",
+             _WS + " (its sshd_config has PasswordAuthentication no)"),
+    RuleInfo("GF806", "warning", "workspace container without memory limit",
+             "set memory for {workspace} (or pytorch_workspace_memory), then " + _WS),
+    RuleInfo("GF807", "error", "workspace runs as root",
+             "give {workspace} a non-root user and uid in pytorch_workspaces, then " + _WS),
+    RuleInfo("GF808", "warning", "declared workspace not running",
+             _WS + "; if it exits again, `docker logs gpufleet-ws-{workspace}` on {host}"),
+    RuleInfo("GF809", "info", "workspace could not be checked from inside",
+             "`docker exec gpufleet-ws-{workspace} python3 -V` on {host}: the checks need the "
+             "image's python3"),
     # ---------------------------------------------------------------- GF9xx node-local (Slurm)
     RuleInfo("GF901", "warning", "circuit breaker tripped: node not drained",
              "too many nodes failed at once ({share} of the partition): look for a common cause "

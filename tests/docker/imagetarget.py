@@ -1,0 +1,182 @@
+"""A debootstrap target (tests/ansible/roletarget.py) that reaches a DockerLab's engine, and the
+two ways the tests drive things there: real ansible-playbook runs and the real gpufleet CLI.
+
+One tree, one sshd listening on two loopback addresses: inventory hosts `img-a` and `img-b`
+(a two-host world for the multinode smoke test; both are the same machine, as in the sshd fleet).
+The engine is the lab's: its socket, pidfile and config dir are bind-mounted into the target's
+mount namespace at /run/docker.sock, /run/docker.pid and /etc/docker, so the roles and the agent
+on the target see an engine as on any Docker host without systemd.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dockerlib import DOCKER, DockerLab, free_address
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ansible"))
+import roletarget as tg
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+HOSTS = ("img-a", "img-b")
+RECAP = re.compile(
+    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
+    r"\s+failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)\s+rescued=(?P<rescued>\d+)\s+ignored=(?P<ignored>\d+)",
+    re.M,
+)
+
+
+@dataclass(frozen=True)
+class Play:
+    rc: int
+    output: str
+    recap: dict[str, dict[str, int]]
+    log: Path
+
+    @property
+    def flat(self) -> str:
+        """The output with whitespace collapsed (the callback wraps long messages)."""
+        return " ".join(self.output.split())
+
+    def tail(self, n: int = 6000) -> str:
+        return f"(full log: {self.log})\n{self.output[-n:]}"
+
+    def host(self, name: str = "img-a") -> dict[str, int]:
+        assert name in self.recap, f"no recap line for {name}; rc={self.rc}\n{self.tail()}"
+        return self.recap[name]
+
+
+@dataclass
+class ImageTarget:
+    target: tg.Target
+    mirror: tg.Mirror
+    lab: DockerLab
+    addresses: tuple[str, str]
+    inventory: Path
+    logdir: Path
+
+    def host_vars(self) -> dict[str, object]:
+        """Desired state for the target: the lab's image pinned by digest, docker, the mirror."""
+        return {
+            "container_runtime_engine": "docker",
+            "container_runtime_source": "distro",
+            "container_runtime_daemon_options": {"live-restore": True, "log-driver": "json-file",
+                                                 "log-opts": {"max-size": "10m"}},
+            "nvidia_container_toolkit_source": "mirror",
+            "nvidia_container_toolkit_mirror_url": self.mirror.url,
+            "nvidia_container_toolkit_mirror_key_url": self.mirror.key_url,
+            "nvidia_container_toolkit_version": "1.19.1",
+            "pytorch_image": self.lab.ref,
+            "pytorch_image_digest": self.lab.digest,
+            "pytorch_image_registry_insecure": True,
+        }  # fmt: skip
+
+    def play(
+        self, playbook: str, name: str, *args: str,
+        extra_vars: dict[str, object] | None = None, local: bool = False,
+    ) -> Play:  # fmt: skip
+        """ansible-playbook against img-a over SSH, or (local) this machine with the lab's
+        DOCKER_HOST, as a controller that is itself the Docker host."""
+        env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+               "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+               "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
+        if local:
+            env.update(self.lab.env)
+            env["PATH"] = f"{VENV_BIN}:{os.environ.get('PATH', '')}"
+            inv = ["-i", "localhost,", "-c", "local", "-e",
+                   f"ansible_python_interpreter={sys.executable}"]  # fmt: skip
+        else:
+            inv = ["-i", str(self.inventory), "-l", HOSTS[0]]
+        argv = [str(VENV_BIN / "ansible-playbook"), *inv, str(REPO / playbook), *args]
+        if extra_vars:
+            ev = self.logdir / f"{name}.vars.json"
+            ev.write_text(json.dumps(extra_vars))
+            argv += ["-e", f"@{ev}"]
+        proc = subprocess.run(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=900, check=False)  # fmt: skip
+        log = self.logdir / f"{name}.log"
+        log.write_text(f"$ {' '.join(argv)}\n{proc.stdout}")
+        recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+                 for m in RECAP.finditer(proc.stdout)}  # fmt: skip
+        return Play(proc.returncode, proc.stdout, recap, log)
+
+    def cli(self, *args: str, env: dict[str, str] | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """The gpufleet CLI against the target's inventory (stdout = the report)."""
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("SSH_", "DOCKER_"))}
+        full.update(PYTHONPATH=str(REPO / "agent"), **(env or {}))
+        return subprocess.run([sys.executable, "-m", "gpufleet", *args, "-i", str(self.inventory)],
+                              cwd=self.logdir, env=full, capture_output=True, text=True,
+                              timeout=timeout, check=False)  # fmt: skip
+
+    def ssh(self, *remote: str, host: int = 0) -> subprocess.CompletedProcess[str]:
+        t = self.target
+        return subprocess.run(
+            ["ssh", "-F", "none", "-i", str(t.key), "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={t.known_hosts}",
+             f"root@{self.addresses[host]}", *remote],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+
+def _inventory(path: Path, t: tg.Target, addresses: tuple[str, str], lab: DockerLab) -> None:
+    hosts = {name: {"ansible_host": addr} for name, addr in zip(HOSTS, addresses, strict=True)}
+    path.write_text(json.dumps({"all": {"hosts": hosts, "vars": {
+        "ansible_user": "root",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "ansible_ssh_private_key_file": str(t.key),
+        "ansible_ssh_common_args": (f"-o UserKnownHostsFile={t.known_hosts} "
+                                    "-o StrictHostKeyChecking=yes"),
+        "container_runtime_engine": "docker",
+        "pytorch_image": lab.ref,
+        "pytorch_image_digest": lab.digest,
+        "gpufleet_smoke_runtime": "docker",
+    }}}, indent=2))  # fmt: skip
+
+
+@contextlib.contextmanager
+def start_image_target(workdir: Path, lab: DockerLab) -> Iterator[ImageTarget]:
+    logdir = workdir / "logs"
+    logdir.mkdir(parents=True)
+    t: tg.Target | None = None
+    mirror: tg.Mirror | None = None
+    gnupg = workdir / "gnupg"
+    try:
+        first = tg.free_address()
+        second = free_address((22,))
+        mirror = tg.build_mirror(workdir / "mirror", gnupg, first)
+        tg.serve_mirror(mirror, logdir / "mirror-http.log")
+        t = tg.prepare_target(workdir, first)
+        with (t.root / "etc/ssh/sshd_config_gpufleet").open("a") as f:
+            f.write(f"ListenAddress {second}\n")
+        line = t.known_hosts.read_text().split(None, 1)[1]
+        with t.known_hosts.open("a") as f:
+            f.write(f"{second} {line}")
+        tg.seed_apt_cache(t)
+        binds = [(str(lab.socket), "/run/docker.sock"), (str(lab.pidfile), "/run/docker.pid"),
+                 (str(lab.config_dir), "/etc/docker"), ("/tmp", "/tmp")]  # fmt: skip
+        tg.start_sshd(t, logdir / "sshd.log", binds)
+        tg.wait_port(second, 22)
+        inventory = workdir / "inventory.json"
+        _inventory(inventory, t, (first, second), lab)
+        yield ImageTarget(t, mirror, lab, (first, second), inventory, logdir)
+    finally:
+        if t is not None:
+            t.stop()
+            tg.save_apt_cache(t)
+        if mirror is not None:
+            mirror.stop()
+        if gnupg.exists():
+            subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
+
+
+__all__ = ["DOCKER", "HOSTS", "ImageTarget", "Play", "start_image_target"]

@@ -1,0 +1,88 @@
+"""The harness itself: a real dockerd and registry come up, serve the test image, run a container
+on the host network, and leave nothing behind however the run ends (here: Ctrl-C)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from dockerlib import LABEL, DockerLab
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_engine_and_registry_are_the_real_ones(docker_lab: DockerLab) -> None:
+    info = docker_lab.info()
+    assert str(info["ServerVersion"]).startswith("20.10"), info["ServerVersion"]
+    assert info["DockerRootDir"] == str(docker_lab.root / "data")
+    assert "runc" in info["Runtimes"]  # type: ignore[operator]
+    with urllib.request.urlopen(f"http://{docker_lab.registry}/v2/_catalog", timeout=10) as r:
+        assert "gpufleet/pytorch-cpu" in json.load(r)["repositories"]
+    assert docker_lab.digest.startswith("sha256:") and len(docker_lab.digest) == 71
+
+
+def test_container_runs_torch_from_the_pinned_image_on_the_host_network(
+    docker_lab: DockerLab,
+) -> None:
+    docker_lab.pull_test_image()
+    code = ("import socket, sys, torch; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
+            "print(torch.__version__, sys.version_info[:2], socket.gethostname())")
+    out = docker_lab.docker("run", "--rm", "--network", "host", "--label", f"{LABEL}=run",
+                            docker_lab.pinned, "python3", "-c", code).stdout.split()
+    assert out[0] == "2.13.0+cpu", out
+    assert out[-1] == subprocess.run(["hostname"], capture_output=True, text=True,
+                                     check=True).stdout.strip()  # host network: host's name
+    assert docker_lab.containers(f"{LABEL}=run") == []  # --rm
+
+
+_CHILD = """
+import sys, time
+sys.path.insert(0, {here!r})
+import dockerlib
+with dockerlib.make_lab() as lab:
+    dockerlib.tiny_image(lab)
+    lab.docker("run", "-d", "--network", "host", "--label", "gpufleet.test=ctrl-c",
+               "gpufleet/tiny:1", "sleep", "3600.25")
+    print(lab.root, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_ctrl_c_stops_engine_and_registry_and_leaves_nothing() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD.format(here=str(HERE))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        root = Path(proc.stdout.readline().strip())
+        assert root.name.startswith("gfdk-"), proc.stderr.read() if proc.stderr else ""
+        assert _sleeper_pids(wait=20), "the container's process is not running"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not root.exists(), f"{root} left behind"
+    assert _sleeper_pids(wait=0) == []
+    left = [ln for ln in Path("/proc/self/mountinfo").read_text().splitlines() if str(root) in ln]
+    assert left == []
+    procs = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
+    assert procs.strip() == "", procs
+
+
+def _sleeper_pids(wait: float) -> list[int]:
+    deadline = time.monotonic() + wait
+    found: list[int] = []
+    while True:
+        out = subprocess.run(["pgrep", "-f", "sleep 3600.25"], capture_output=True, text=True)
+        found = [int(p) for p in out.stdout.split()]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)

@@ -1,0 +1,228 @@
+"""The pytorch_workspace role against a real engine: a bridge lab (dockerlib, `bridge=True`:
+`-p 127.0.0.1:PORT:…` served by docker-proxy), the workspace image (build_workspace_image.py)
+in its registry, and real ansible-playbook runs with this machine as the Docker host
+(connection local, DOCKER_HOST = the lab's socket).
+
+`WorkspaceWorld.play(name, **vars)` runs playbooks/site.yml --tags pytorch_workspace; `cli()` runs
+the real gpufleet CLI on the same inventory; the SSH key, tokens and ports live here. Ports are
+in 28000-28999 on 127.0.0.1; config dirs and the inventory under a per-run temp dir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import build_test_image
+import build_workspace_image
+import dockerlib
+from dockerlib import DockerLab
+from imagetarget import RECAP, REPO, VENV_BIN, Play
+
+HOST = "ws-host"
+BIND = "127.0.0.1"
+
+
+@dataclass
+class WorkspaceWorld:
+    lab: DockerLab
+    ref: str  # repository:tag of the workspace image in the lab's registry
+    digest: str
+    workdir: Path
+    key: Path
+    tokens: dict[str, str] = field(default_factory=dict)
+    uids: dict[str, int] = field(default_factory=dict)
+    plays: int = 0
+
+    @property
+    def repo(self) -> str:
+        return self.ref.rsplit(":", 1)[0]
+
+    @property
+    def inventory(self) -> Path:
+        return self.workdir / "inventory.json"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.workdir / "etc-workspaces"
+
+    def pubkey(self) -> str:
+        return self.key.with_suffix(".pub").read_text().strip()
+
+    def workspace(self, name: str, jupyter: int, ssh: int, **extra: object) -> dict[str, object]:
+        token = self.tokens.setdefault(name, secrets.token_hex(24))
+        uid = self.uids.setdefault(name, 2001 + len(self.uids))
+        return {"name": name, "user": f"u{name}", "uid": uid,
+                "bind_address": BIND, "jupyter_port": jupyter, "jupyter_token": token,
+                "ssh_port": ssh, "ssh_authorized_keys": [self.pubkey()], "memory": "512m",
+                "cpus": "1.5", **extra}  # fmt: skip
+
+    def write_inventory(self, workspaces: list[dict[str, object]] | None = None) -> None:
+        """The inventory (plays pass their workspaces with -e, which wins over it)."""
+        extra = {"pytorch_workspaces": workspaces} if workspaces is not None else {}
+        self.inventory.write_text(json.dumps({"all": {"hosts": {HOST: {**extra,
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "pytorch_image": self.ref,
+            "pytorch_image_digest": self.digest,
+            "pytorch_workspace_config_dir": str(self.config_dir),
+            "container_runtime_engine": "docker",
+        }}}}, indent=2))  # fmt: skip
+
+    def env(self) -> dict[str, str]:
+        return {**self.lab.env, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
+                "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
+
+    def play(self, name: str, workspaces: list[dict[str, object]], **extra: object) -> Play:
+        """site.yml --tags pytorch_workspace on this machine with these workspaces."""
+        self.plays += 1
+        ev = self.workdir / f"{self.plays:02d}-{name}.vars.json"
+        ev.write_text(json.dumps({"pytorch_workspaces": workspaces, **extra}))
+        ev.chmod(0o600)
+        argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory),
+                str(REPO / "playbooks/site.yml"), "--tags", "pytorch_workspace", "-e", f"@{ev}"]
+        proc = subprocess.run(argv, cwd=REPO, env=self.env(), text=True, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=600, check=False)  # fmt: skip
+        log = self.workdir / f"{self.plays:02d}-{name}.log"
+        log.write_text(f"$ {' '.join(argv)}\n{proc.stdout}")
+        recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
+                 for m in RECAP.finditer(proc.stdout)}  # fmt: skip
+        return Play(proc.returncode, proc.stdout, recap, log)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in self.lab.env.items() if not k.startswith("SSH_")}
+        env["PYTHONPATH"] = str(REPO / "agent")
+        return subprocess.run([sys.executable, "-m", "gpufleet", *args, "-i", str(self.inventory)],
+                              cwd=self.workdir, env=env, capture_output=True, text=True,
+                              timeout=300, check=False)  # fmt: skip
+
+    def push_variant(self, tag: str) -> str:
+        """The workspace image plus a label, pushed as repo:tag (same layers, another digest)."""
+        target = f"{self.repo}:{tag}"
+        dockerfile = f"FROM {self.repo}@{self.digest}\nLABEL {dockerlib.LABEL}.variant={tag}\n"
+        self.lab.docker("build", "-q", "-t", target, "-", input=dockerfile)
+        self.lab.docker("push", target)
+        digests = json.loads(self.lab.docker("image", "inspect", "--format",
+                                             "{{json .RepoDigests}}", target).stdout)  # fmt: skip
+        return str(digests[0]).split("@", 1)[1]
+
+    def inspect(self, container: str) -> dict[str, object]:
+        data = json.loads(self.lab.docker("inspect", container).stdout)
+        assert isinstance(data, list) and len(data) == 1
+        return dict(data[0])
+
+    def ssh(self, port: int, user: str, *remote: str,
+            options: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        return subprocess.run(
+            ["ssh", "-F", "none", "-p", str(port), "-i", str(self.key), "-o", "BatchMode=yes",
+             "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
+             "-o", f"UserKnownHostsFile={self.workdir / 'known_hosts'}",
+             "-o", "ConnectTimeout=10", *options, f"{user}@{BIND}", *remote],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    def trust_host_key(self, container: str, port: int) -> None:
+        """known_hosts from the container's own host key (read with docker exec, not the net)."""
+        key = self.lab.docker("exec", container, "cat", "/etc/ssh/ssh_host_ed25519_key.pub")
+        kind, blob = key.stdout.split()[:2]
+        with (self.workdir / "known_hosts").open("a") as f:
+            f.write(f"[{BIND}]:{port} {kind} {blob}\n")
+
+
+def fake_nvidia_smi(path: Path) -> tuple[str, ...]:
+    """A stand-in nvidia-smi answering the role's one query (index, uuid) from the real 2xH200
+    capture (tests/fixtures/h200x2-2026-11-30/query-gpu.csv); anything else exits 2. The
+    GPUs' UUIDs."""
+    capture = REPO / "tests/fixtures/h200x2-2026-11-30/query-gpu.csv"
+    rows = [[c.strip() for c in line.split(",")] for line in capture.read_text().splitlines()[1:]
+            if line.strip()]  # fmt: skip
+    lines = "\n".join(f"{r[0]}, {r[2]}" for r in rows)
+    query = "--query-gpu=index,uuid --format=csv,noheader"
+    path.write_text("#!/bin/sh\n"
+                    f'if [ "$*" = "{query}" ]; then\n'
+                    f"    cat <<'EOF'\n{lines}\nEOF\n    exit 0\nfi\n"
+                    f'echo "fake nvidia-smi: only {query}" >&2\n'
+                    "exit 2\n")  # fmt: skip
+    path.chmod(0o755)
+    return tuple(r[2] for r in rows)
+
+
+def http(port: int, path: str, token: str | None = None) -> tuple[int, dict[str, str]]:
+    """(status, headers) of GET http://127.0.0.1:PORT/PATH, redirects not followed."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    opener = urllib.request.build_opener(NoRedirect)
+    req = urllib.request.Request(f"http://{BIND}:{port}{path}")
+    if token is not None:
+        req.add_header("Authorization", f"token {token}")
+    try:
+        with opener.open(req, timeout=10) as r:
+            return r.status, dict(r.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers)
+
+
+def wait_http(port: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            http(port, "/api/status")
+            return
+        except (OSError, urllib.error.URLError):
+            time.sleep(0.5)
+    raise AssertionError(f"nothing answered HTTP on {BIND}:{port} within {timeout}s")
+
+
+def wait_ssh_banner(port: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection((BIND, port), 2) as s:
+            s.settimeout(3)
+            if s.recv(64).startswith(b"SSH-2.0-"):
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"no SSH banner on {BIND}:{port} within {timeout}s")
+
+
+@contextlib.contextmanager
+def workspace_world() -> Iterator[WorkspaceWorld]:
+    t0 = time.monotonic()
+    archive = build_test_image.build()
+    workdir = Path(f"/var/tmp/gpufleet-workspaces-{os.getpid()}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    try:
+        with dockerlib.make_lab(bridge=True) as lab:
+            lab.provide_test_image(archive)
+            ref, digest = build_workspace_image.provide_workspace_image(lab, archive)
+            key = workdir / "id_ed25519"
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ws-test",
+                            "-f", str(key)], check=True)  # fmt: skip
+            world = WorkspaceWorld(lab, ref, digest, workdir, key)
+            world.write_inventory()
+            print(f"\n[workspace_world] ready in {time.monotonic() - t0:.1f}s: {ref}@{digest}",
+                  file=sys.stderr)
+            yield world
+    finally:
+        keep = Path("/var/tmp/gpufleet-workspace-test-logs")
+        shutil.rmtree(keep, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            shutil.copytree(workdir, keep, ignore=shutil.ignore_patterns(
+                "*.vars.json", "id_ed25519", "etc-workspaces"))
+        shutil.rmtree(workdir, ignore_errors=True)
