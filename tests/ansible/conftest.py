@@ -118,7 +118,7 @@ class RoleLab:
             "nvidia_driver_source": "distro",
             "nvidia_driver_branch": self.driver_version.split(".")[0],
             "nvidia_driver_version": self.driver_version,
-            "nvidia_driver_kernel_modules": "auto",
+            "nvidia_driver_kernel_modules": "proprietary",
             # The chroot runs on this machine's kernel, for which Debian has no headers.
             "nvidia_driver_kernel_headers_required": False,
             "container_runtime_engine": "docker",
@@ -149,7 +149,10 @@ def _write_inventory(path: Path, t: tg.Target) -> None:
                     # Host keys stay verified: the chroot's own key is in this known_hosts.
                     "ansible_ssh_common_args": (
                         f"-o UserKnownHostsFile={t.known_hosts} -o StrictHostKeyChecking=yes "
-                        "-o ControlMaster=auto -o ControlPersist=60s"
+                        "-o ControlMaster=auto -o ControlPersist=60s "
+                        # A control socket per run: another run's master for the same
+                        # root@address must never carry this run's commands.
+                        f"-o ControlPath={t.workdir}/cp-%C"
                     ),
                 }
             }
@@ -184,6 +187,7 @@ def role_lab() -> Iterator[RoleLab]:
         if t is not None:
             t.stop()
             tg.save_apt_cache(t)
+            tg.release_address(t.addr)
         if mirror is not None:
             mirror.stop()
         if gnupg.exists():

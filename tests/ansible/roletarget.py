@@ -8,6 +8,7 @@ own apt configuration names).
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import os
@@ -109,12 +110,34 @@ def _in_use(addr: str, port: int) -> bool:
         return s.connect_ex((addr, port)) == 0
 
 
+# An address is reserved by an flock on its lock file (held until release_address or the end of the
+# process) before anything listens on it: two labs starting at once never pick the same one.
+ADDRESS_LOCKS = Path("/tmp/gpufleet-role-addresses")
+_RESERVED: dict[str, int] = {}
+
+
 def free_address() -> str:
+    ADDRESS_LOCKS.mkdir(exist_ok=True)
     for last in ADDR_RANGE:
         addr = f"127.0.0.{last}"
-        if not _in_use(addr, 22) and not _in_use(addr, MIRROR_PORT):
-            return addr
+        fd = os.open(ADDRESS_LOCKS / f"{addr}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        if _in_use(addr, 22) or _in_use(addr, MIRROR_PORT):
+            os.close(fd)
+            continue
+        _RESERVED[addr] = fd
+        return addr
     raise RuntimeError(f"every address 127.0.0.{ADDR_RANGE.start}-{ADDR_RANGE.stop - 1} is in use")
+
+
+def release_address(addr: str) -> None:
+    fd = _RESERVED.pop(addr, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def wait_port(addr: str, port: int, timeout: float = 15.0) -> None:
@@ -167,6 +190,24 @@ def _control(name: str, version: str, arch: str, depends: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _refresh_units(version: str) -> dict[str, str | None]:
+    """From 1.18 nvidia-container-toolkit-base ships the CDI refresh units under
+    /etc/systemd/system (packaging/debian/nvidia-container-toolkit-base.install); the stand-ins name
+    the real command."""
+    if tuple(int(x) for x in version.split(".")) < (1, 18):
+        return {}
+    return {
+        "etc/systemd/system/nvidia-cdi-refresh.path": (
+            "[Path]\nPathChanged=/lib/modules/%v/modules.dep\nPathChanged=/usr/bin/nvidia-ctk\n"
+        ),
+        "etc/systemd/system/nvidia-cdi-refresh.service": (
+            "[Service]\nType=oneshot\n"
+            "Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml\n"
+            "ExecStart=/usr/bin/nvidia-ctk cdi generate\n"
+        ),
+    }
+
+
 def _build_debs(pool: Path, version: str) -> None:
     arch = run(["dpkg", "--print-architecture"]).stdout.strip()
     libdir = f"usr/lib/{run(['dpkg-architecture', '-qDEB_HOST_MULTIARCH']).stdout.strip()}"
@@ -179,7 +220,10 @@ def _build_debs(pool: Path, version: str) -> None:
             f"libnvidia-container1 (>= {v})",
             {"usr/bin/nvidia-container-cli": "#!/bin/sh\necho stand-in\n"},
         ),
-        "nvidia-container-toolkit-base": ("python3", {"usr/bin/nvidia-ctk": None}),
+        "nvidia-container-toolkit-base": (
+            "python3",
+            {"usr/bin/nvidia-ctk": None} | _refresh_units(version),
+        ),
         "nvidia-container-toolkit": (
             f"nvidia-container-toolkit-base (= {v}), libnvidia-container-tools (>= {v}), "
             "libnvidia-container-tools (<< 2.0.0)",
@@ -195,7 +239,7 @@ def _build_debs(pool: Path, version: str) -> None:
             dest = tree / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(ctk if content is None else content)
-            dest.chmod(0o755)
+            dest.chmod(0o755 if rel.startswith("usr/bin/") else 0o644)
         run(
             [
                 "dpkg-deb",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import roletarget as tg
+import tomllib
 
 from conftest import PlayResult, RoleLab
 
@@ -224,22 +225,53 @@ def test_verify_playbook_runs_gpufleet_check_for_the_play_hosts(
         assert "gpufleet check exited 1 (findings at or above --fail-on)" in res.flat, res.tail()
 
 
+USER_CONTAINERD_CONFIG = """version = 2
+imports = ["/etc/containerd/site/*.toml"]
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.example/pause:3.9"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"""
+
+
 def test_containerd_engine_gets_the_nvidia_runtime_as_a_drop_in(
     converged: PlayResult, role_lab: RoleLab
 ) -> None:
-    """Runs last: switches the converged target's engine to containerd (Debian's real package)."""
+    """Runs last: switches the converged target's engine to containerd (Debian's real package),
+    over an administrator's config.toml with its own imports and CRI section. nvidia-ctk is the
+    stand-in with v1.19.1's flag semantics (--config is the top-level file, the drop-in defaults
+    under /etc)."""
     assert converged.rc == 0, "converge failed; see test_converge_succeeds"
+    etc = role_lab.target.root / "etc/containerd"
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "config.toml").write_text(USER_CONTAINERD_CONFIG)
     extra = role_lab.converge_vars() | {"container_runtime_engine": "containerd"}
     tags = ("--tags", "container_runtime,nvidia_container_toolkit")
     res = role_lab.play(SITE, "containerd", *tags, extra_vars=extra)
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
-    etc = role_lab.target.root / "etc/containerd"
-    config = (etc / "config.toml").read_text()
-    assert 'imports = ["/etc/containerd/conf.d/*.toml"]' in config.splitlines(), config
-    dropin = (etc / "conf.d/99-nvidia.toml").read_text()
-    assert "containerd.runtimes.nvidia]" in dropin, dropin
+    config = tomllib.loads((etc / "config.toml").read_text())
+    assert config["imports"] == ["/etc/containerd/site/*.toml", "/etc/containerd/conf.d/*.toml"]
+    dropin_path = etc / "conf.d/99-nvidia.toml"
+    dropin = tomllib.loads(dropin_path.read_text())
+    cri = dropin["plugins"]["io.containerd.grpc.v1.cri"]
+    # The CRI section travels with the drop-in (containerd < 2.1 replaces imported plugin sections).
+    assert cri["sandbox_image"] == "registry.example/pause:3.9", dropin
+    assert cri["containerd"]["runtimes"]["nvidia"] == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"SystemdCgroup": True, "BinaryName": "/usr/bin/nvidia-container-runtime"},
+    }, dropin
     again = role_lab.play(SITE, "containerd-again", *tags, extra_vars=extra)
     assert again.rc == 0 and again.host()["changed"] == 0, again.tail()
+    # --check writes nothing under /etc (nvidia-ctk's default drop-in path included).
+    dropin_path.unlink()
+    check = role_lab.play(SITE, "containerd-check", "--check", *tags, extra_vars=extra)
+    assert check.rc == 0 and check.host()["failed"] == 0, check.tail()
+    assert not dropin_path.exists(), "--check wrote " + dropin_path.read_text()
 
 
 def test_toolkit_moves_all_held_packages_to_a_new_pinned_version(
