@@ -13,6 +13,7 @@ from gpufleet.probes.containers import (
     docker_failure,
     parse_containerd_version,
     parse_docker_info,
+    parse_image_env,
     parse_repo_digests,
     parse_toolkit_version,
 )
@@ -259,7 +260,8 @@ def _image(
     if section is None:
         return None
     if section.ok:
-        return ImageInfo(ref=ref, digests=parse_repo_digests(section.stdout))
+        return ImageInfo(ref=ref, digests=parse_repo_digests(section.stdout),
+                         env=parse_image_env(section.stdout))
     if "No such image" in section.text:
         return ImageInfo(ref=ref, digests=())
     errors["image"] = (
