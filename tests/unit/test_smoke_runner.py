@@ -152,6 +152,23 @@ def test_docker_command_pins_the_image_digest() -> None:
     assert docker[docker.index("--name") + 1] == "gfsmoke-test-gpu01"
 
 
+def test_docker_command_passes_gpus_only_where_the_host_has_them() -> None:
+    def docker_argv(gpus: int, runtimes: tuple[str, ...]) -> list[str]:
+        h = _host(pytorch_image="registry.example/x:1", pytorch_image_digest="sha256:" + "a" * 64)
+        h.runtime, h.gpu_count, h.runtimes = "docker", gpus, runtimes
+        argv = runner._command(h, level="quick", opts=SmokeOptions(), nproc=max(gpus, 2),
+                               ref=None, timeout=60, rendezvous=None)
+        return argv[argv.index("docker"):]
+
+    cpu = docker_argv(0, ("runc",))
+    assert "--gpus" not in cpu and not any(a.startswith("--runtime") for a in cpu)
+    assert "--ulimit" not in cpu  # gloo needs no locked memory
+    assert cpu[cpu.index("--label") + 1] == "gpufleet.smoke=gfsmoke-test"
+    gpu = docker_argv(8, ("nvidia", "runc"))
+    assert gpu[gpu.index("--gpus"):gpu.index("--gpus") + 3] == ["--gpus", "all", "--runtime=nvidia"]
+    assert "--runtime=nvidia" not in docker_argv(8, ("runc",))  # --gpus alone (toolkit hook)
+
+
 def test_multinode_command_uses_c10d_on_the_first_host_over_loopback() -> None:
     first, other = _host("n1", "127.0.0.2"), _host("n2", "127.0.0.3")
     rdzv = {"endpoint": "127.0.0.2:29999", "id": "gfsmoke-test", "nnodes": 2}

@@ -35,6 +35,7 @@ from gpufleet.transport.base import Transport, TransportError
 
 SCRIPT = Path(__file__).with_name("smoke_ddp.py")
 MARKER = "GPUFLEET_SMOKE_RUN"
+LABEL = "gpufleet.smoke"  # on every container of a run, value = the run id
 LOG_TAIL_BYTES = 6000
 MIB = 1 << 20
 GIB = 1 << 30
@@ -96,6 +97,7 @@ class _Host:
     link: str | None = None
     busy: tuple[str, ...] = ()
     runtime: str = "host"
+    runtimes: tuple[str, ...] = ()  # docker's runtimes (docker info), when known
     nproc: int = 0
     script: str = ""
     versions: dict[str, Any] = field(default_factory=dict)
@@ -243,9 +245,15 @@ exit 0
 """
 
 _CLEANUP = r"""
-d="$1"; id="$2"; name="$3"
+d="$1"; id="$2"; name="$3"; label="$4"
 if [ -s "$d/pgid" ]; then kill -KILL -"$(cat "$d/pgid")" 2>/dev/null; fi
-if [ -n "$name" ]; then docker rm -f "$name" >/dev/null 2>&1; fi
+if [ -n "$name" ]; then
+  docker rm -f "$name" >/dev/null 2>&1
+  c=$(docker ps -a -q --filter "label=$label" 2>/dev/null)
+  [ -n "$c" ] && docker rm -f $c >/dev/null 2>&1
+  c=$(docker ps -a -q --filter "label=$label" 2>/dev/null)
+  [ -n "$c" ] && echo "@@gpufleet leftover containers" $c
+fi
 i=0
 while :; do
   left=""
@@ -289,7 +297,7 @@ def _preflight(h: _Host) -> None:
     facts = h.facts
     need_smi = facts is None
     exp = h.spec.expect
-    need_docker = (exp.smoke_runtime is None and exp.pytorch_image is not None
+    need_docker = (exp.smoke_runtime in (None, "docker") and exp.pytorch_image is not None
                    and (facts is None or facts.docker is None))
     res = h.transport.run(["sh", "-c", _PREFLIGHT, "sh", str(int(need_smi)),
                            str(int(need_docker))], timeout=60)
@@ -331,6 +339,7 @@ def _preflight(h: _Host) -> None:
             runtimes = tuple(json.loads(sec["docker"]))
         except (ValueError, TypeError):
             runtimes = ()
+    h.runtimes = runtimes
     h.runtime = exp.smoke_runtime or (
         "docker" if exp.pytorch_image and "nvidia" in runtimes else "host"
     )
@@ -423,8 +432,8 @@ def _image(h: _Host) -> str:
 def _python(h: _Host, args: Sequence[str]) -> list[str]:
     """argv running `python args` in the host's smoke runtime (for the version probe)."""
     if h.runtime == "docker":
-        return ["docker", "run", "--rm", "--network=host", "-v", f"{h.run_dir}:{h.run_dir}",
-                _image(h), "python", *args]
+        return ["docker", "run", "--rm", "--network=host", "--label", f"{LABEL}={h.run_id}",
+                "-v", f"{h.run_dir}:{h.run_dir}", _image(h), "python3", *args]
     return [h.spec.expect.smoke_python, *args]
 
 
@@ -484,8 +493,8 @@ def _command(
     if h.runtime == "docker":
         name = _container(h)
         inner = [
-            "docker", "run", "--rm", "--name", name, "--label", f"gpufleet.smoke={h.run_id}",
-            "--gpus", "all", "--ipc=host", "--network=host", "--ulimit", "memlock=-1",
+            "docker", "run", "--rm", "--name", name, "--label", f"{LABEL}={h.run_id}",
+            *_gpu_args(h), "--ipc=host", "--network=host",
             "-v", f"{h.run_dir}:{h.run_dir}",
             *(a for k, v in env.items() for a in ("-e", f"{k}={v}")), "-e", "GPUFLEET_SMOKE_T0",
             _image(h), "torchrun", *trun, *script_args,
@@ -509,6 +518,16 @@ def _command(
             "env", *envs, *inner]  # fmt: skip
 
 
+def _gpu_args(h: _Host) -> list[str]:
+    """GPUs into the container only where the host has them (CPU hosts: none, gloo). Unlimited
+    locked memory is for NCCL's pinned buffers; raising the hard limit needs CAP_SYS_RESOURCE,
+    which a CPU host's engine may lack and gloo does not need."""
+    if not h.gpu_count:
+        return []
+    nvidia = ["--runtime=nvidia"] if "nvidia" in h.runtimes else []
+    return ["--gpus", "all", *nvidia, "--ulimit", "memlock=-1"]
+
+
 def _torch_at_least(version: str | None, want: tuple[int, int]) -> bool:
     """True for "2.11.0+cu130" >= (2, 2); True when unknown (assume a current torch)."""
     m = re.match(r"(\d+)\.(\d+)", version or "")
@@ -529,7 +548,7 @@ def _cleanup(h: _Host, *, quiet: bool = False) -> None:
     name = _container(h) if h.runtime == "docker" else ""
     try:
         res = h.transport.run(["sh", "-c", _CLEANUP, "sh", h.run_dir, f"{MARKER}={h.run_id}",
-                               name], timeout=60)
+                               name, f"{LABEL}={h.run_id}"], timeout=60)
     except (TransportError, OSError) as e:
         if not quiet:
             h.leftover = f"cleanup failed: {e}"
