@@ -513,7 +513,16 @@ def _command(
     wrapper = ('d="$1"; shift; echo $$ > "$d/pgid"; '
                'GPUFLEET_SMOKE_T0=$(date +%s.%N 2>/dev/null); export GPUFLEET_SMOKE_T0; '
                'exec "$@" > "$d/log" 2>&1 < /dev/null')
-    return ["setsid", "-w", "sh", "-c", wrapper, "sh", h.run_dir,
+    reaper: list[str] = []
+    if h.runtime == "docker":
+        # Killing the docker client (Ctrl-C kills the run's process group, and the controller
+        # may not get to run the cleanup) leaves its container running: a reaper in a session
+        # of its own waits for this session's leader to end, then removes the container.
+        wrapper = ('n="$1"; shift; (setsid sh -c \'while kill -0 "$1" 2>/dev/null; do sleep 1; '
+                   'done; docker rm -f "$2" >/dev/null 2>&1\' sh "$$" "$n" '
+                   '</dev/null >/dev/null 2>&1 &); ' + wrapper)
+        reaper = [_container(h)]
+    return ["setsid", "-w", "sh", "-c", wrapper, "sh", *reaper, h.run_dir,
             "timeout", "-k", "45", f"{math.ceil(timeout) + 10}",
             "env", *envs, *inner]  # fmt: skip
 
