@@ -178,6 +178,7 @@ class DockerInfo:
 class ImageInfo:
     ref: str | None = None  # the host's pytorch_image
     digests: tuple[str, ...] = ()  # RepoDigests present locally ("repo@sha256:…")
+    env: tuple[str, ...] | None = None  # the image's Config.Env ("KEY=VALUE"); None = not read
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ LABEL = "gpufleet.test"  # containers the tests start themselves carry it
 TEST_REPO = "gpufleet/pytorch-cpu"
 TEST_TAG = "2.13.0"
 
+RESERVATIONS = Path("/tmp/gpufleet-docker-addresses")
 _PR_SET_PDEATHSIG = 1
 _counter = itertools.count()
 
@@ -325,11 +326,29 @@ def _port_free(address: str, port: int) -> bool:
 
 
 def free_address(ports: Sequence[int] = (REGISTRY_PORT, 22)) -> str:
-    """The first address of 127.0.0.110-119 where nothing listens on any of the ports."""
-    for address in ADDRESSES:
-        if all(_port_free(address, p) for p in ports):
-            return address
-    raise LabError(f"no address in 127.0.0.110-119 has ports {list(ports)} free")
+    """An address of 127.0.0.110-119, reserved for this process until it exits, where nothing
+    listens on any of the ports. The reservation (a file holding the PID, taken under a lock)
+    keeps concurrent test runs apart between choosing an address and binding it."""
+    RESERVATIONS.mkdir(mode=0o755, exist_ok=True)
+    with (RESERVATIONS / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for address in ADDRESSES:
+            mark = RESERVATIONS / address
+            if mark.exists() and _owner_alive(mark):
+                continue
+            if all(_port_free(address, p) for p in ports):
+                mark.write_text(str(os.getpid()))
+                return address
+    raise LabError(f"no address in 127.0.0.110-119 has ports {list(ports)} free "
+                   f"(reservations in {RESERVATIONS})")
+
+
+def _owner_alive(mark: Path) -> bool:
+    try:
+        os.kill(int(mark.read_text().strip() or "0"), 0)
+    except (OSError, ValueError) as e:
+        return isinstance(e, PermissionError)
+    return True
 
 
 def _wait(check: object, what: str, proc: subprocess.Popen[bytes], log: Path,

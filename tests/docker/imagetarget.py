@@ -112,11 +112,17 @@ class ImageTarget:
     def cli(self, *args: str, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
         """The gpufleet CLI against the target's inventory (stdout = the report)."""
-        full = {k: v for k, v in os.environ.items() if not k.startswith(("SSH_", "DOCKER_"))}
-        full.update(PYTHONPATH=str(REPO / "agent"), **(env or {}))
         return subprocess.run([sys.executable, "-m", "gpufleet", *args, "-i", str(self.inventory)],
-                              cwd=self.logdir, env=full, capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
+                              cwd=self.logdir, env={**self.cli_env(), **(env or {})},
+                              capture_output=True, text=True, timeout=timeout,
+                              check=False)  # fmt: skip
+
+    def cli_env(self) -> dict[str, str]:
+        """The CLI's environment: no agent, no docker client settings of this machine."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("SSH_", "DOCKER_", "GPUFLEET_", "PYTEST_"))}  # fmt: skip
+        env["PYTHONPATH"] = str(REPO / "agent")
+        return env
 
     def ssh(self, *remote: str, host: int = 0) -> subprocess.CompletedProcess[str]:
         t = self.target
@@ -129,13 +135,16 @@ class ImageTarget:
 
 
 def _inventory(path: Path, t: tg.Target, addresses: tuple[str, str], lab: DockerLab) -> None:
+    # A control socket of this run's own: a master connection of another run to the same
+    # address would be reused without checking this target's host key.
     hosts = {name: {"ansible_host": addr} for name, addr in zip(HOSTS, addresses, strict=True)}
     path.write_text(json.dumps({"all": {"hosts": hosts, "vars": {
         "ansible_user": "root",
         "ansible_python_interpreter": "/usr/bin/python3",
         "ansible_ssh_private_key_file": str(t.key),
         "ansible_ssh_common_args": (f"-o UserKnownHostsFile={t.known_hosts} "
-                                    "-o StrictHostKeyChecking=yes"),
+                                    "-o StrictHostKeyChecking=yes -o ControlMaster=auto "
+                                    f"-o ControlPersist=60s -o ControlPath={path.parent}/cp-%C"),
         "container_runtime_engine": "docker",
         "pytorch_image": lab.ref,
         "pytorch_image_digest": lab.digest,
@@ -151,7 +160,8 @@ def start_image_target(workdir: Path, lab: DockerLab) -> Iterator[ImageTarget]:
     mirror: tg.Mirror | None = None
     gnupg = workdir / "gnupg"
     try:
-        first = tg.free_address()
+        # This harness's own range (tests/ansible's targets take 127.0.0.70-99), reserved.
+        first = free_address((22, tg.MIRROR_PORT))
         second = free_address((22,))
         mirror = tg.build_mirror(workdir / "mirror", gnupg, first)
         tg.serve_mirror(mirror, logdir / "mirror-http.log")

@@ -596,3 +596,14 @@ def test_gpus_come_from_q_when_both_queries_fail() -> None:
     ]
     assert facts.gpus[1].remapped_rows_pending is False and facts.gpus[1].pcie_width_max == 16
     assert facts.driver.version == "580.159.04" and facts.errors == {}
+
+
+def test_parse_image_env_reads_the_env_line_of_the_image_query() -> None:
+    from gpufleet.probes.containers import parse_image_env, parse_repo_digests  # noqa: PLC0415
+
+    text = '["r/x@sha256:aa"]\nenv=["PATH=/usr/bin","NCCL_DEBUG=WARN","junk"]\n'
+    assert parse_repo_digests(text) == ("r/x@sha256:aa",)
+    assert parse_image_env(text) == ("PATH=/usr/bin", "NCCL_DEBUG=WARN")
+    assert parse_image_env("null\nenv=null\n") == ()  # an image without Env
+    assert parse_repo_digests("null\nenv=[\"A=1\"]\n") == ()  # not the Env line
+    assert parse_image_env('["r/x@sha256:aa"]\n') is None  # a stand-in without the line

@@ -176,9 +176,26 @@ def test_docker_command_pins_the_image_digest() -> None:
     image = "registry.example/nvidia/pytorch:25.10-py3@sha256:" + "a" * 64
     k = docker.index("--")
     assert docker[docker.index(image) + 1:docker.index(image) + 3] == [
-        "python", "/tmp/gpufleet-smoke.abc/smoke_launch.py"]
+        "python3", "/tmp/gpufleet-smoke.abc/smoke_launch.py"]
     assert docker[k + 1] == "torchrun"
     assert docker[docker.index("--name") + 1] == "gfsmoke-test-gpu01"
+
+
+def test_docker_command_passes_gpus_only_where_the_host_has_them() -> None:
+    def docker_argv(gpus: int, runtimes: tuple[str, ...]) -> list[str]:
+        h = _host(pytorch_image="registry.example/x:1", pytorch_image_digest="sha256:" + "a" * 64)
+        h.runtime, h.gpu_count, h.runtimes = "docker", gpus, runtimes
+        argv = runner._command(h, level="quick", opts=SmokeOptions(), nproc=max(gpus, 2),
+                               ref=None, timeout=60, rendezvous=None)
+        return argv[argv.index("docker"):]
+
+    cpu = docker_argv(0, ("runc",))
+    assert "--gpus" not in cpu and not any(a.startswith("--runtime") for a in cpu)
+    assert "--ulimit" not in cpu  # gloo needs no locked memory
+    assert cpu[cpu.index("--label") + 1] == "gpufleet.smoke=gfsmoke-test"
+    gpu = docker_argv(8, ("nvidia", "runc"))
+    assert gpu[gpu.index("--gpus"):gpu.index("--gpus") + 3] == ["--gpus", "all", "--runtime=nvidia"]
+    assert "--runtime=nvidia" not in docker_argv(8, ("runc",))  # --gpus alone (toolkit hook)
 
 
 def test_multinode_command_uses_c10d_on_the_first_host_over_loopback() -> None:

@@ -17,6 +17,7 @@ from gpufleet.probes.containers import (
     parse_containerd_version,
     parse_containers,
     parse_docker_info,
+    parse_image_env,
     parse_repo_digests,
     parse_toolkit_version,
     parse_workspace_checks,
@@ -294,7 +295,8 @@ def _image(
     if section is None:
         return None
     if section.ok:
-        return ImageInfo(ref=ref, digests=parse_repo_digests(section.stdout))
+        return ImageInfo(ref=ref, digests=parse_repo_digests(section.stdout),
+                         env=parse_image_env(section.stdout))
     if "No such image" in section.text:
         return ImageInfo(ref=ref, digests=())
     errors["image"] = (

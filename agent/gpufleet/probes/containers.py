@@ -55,6 +55,26 @@ def parse_repo_digests(text: str) -> tuple[str, ...]:
     return ()
 
 
+def parse_image_env(text: str) -> tuple[str, ...] | None:
+    """The `env=[...]` line of the probe's image query (the image's Config.Env) -> ("K=V", ...).
+
+    None when the line is missing (an older probe, a stand-in that does not answer it); an
+    image without Env gives ().
+    """
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("env="):
+            try:
+                value = json.loads(line[4:])
+            except ValueError:
+                return None
+            if value is None:
+                return ()
+            if isinstance(value, list):
+                return tuple(str(v) for v in value if "=" in str(v))
+    return None
+
+
 def docker_failure(text: str) -> str:
     """The docker client's own sentence ("Cannot connect to the Docker daemon at ...")."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]

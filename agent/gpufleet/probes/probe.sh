@@ -187,7 +187,9 @@ section toolkit nvidia-ctk --version
 section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}}}'
 section containerd containerd --version
 if [ -n "$image" ]; then
-    capture docker image inspect --format '{{json .RepoDigests}}' -- "$image"
+    # Two lines: the RepoDigests, then the image's Env (what every container of it starts with).
+    capture docker image inspect --format '{{json .RepoDigests}}
+env={{json .Config.Env}}' -- "$image"
     emit image "$rc"
 fi
 

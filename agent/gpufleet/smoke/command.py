@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.smoke.hostrun import MARKER, HostRun, SmokeOptions
+from gpufleet.smoke.hostrun import LABEL, MARKER, HostRun, SmokeOptions
 
 # Sizes >= 64 MiB must reach this fraction of the expectation (the check, not the benchmark goal).
 REFERENCE_FRACTION = 0.8
@@ -31,8 +31,8 @@ def image_ref(h: HostRun) -> str:
 def python_argv(h: HostRun, args: Sequence[str]) -> list[str]:
     """argv running `python args` in the host's smoke runtime (for the version probe)."""
     if h.runtime == "docker":
-        return ["docker", "run", "--rm", "--network=host", "-v", f"{h.run_dir}:{h.run_dir}",
-                image_ref(h), "python", *args]
+        return ["docker", "run", "--rm", "--network=host", "--label", f"{LABEL}={h.run_id}",
+                "-v", f"{h.run_dir}:{h.run_dir}", image_ref(h), "python3", *args]
     return [h.spec.expect.smoke_python, *args]
 
 
@@ -98,11 +98,11 @@ def build_command(
     if h.runtime == "docker":
         name = container_name(h)
         inner = [
-            "docker", "run", "--rm", "--name", name, "--label", f"gpufleet.smoke={h.run_id}",
-            "--gpus", "all", "--ipc=host", "--network=host", "--ulimit", "memlock=-1",
+            "docker", "run", "--rm", "--name", name, "--label", f"{LABEL}={h.run_id}",
+            *gpu_args(h), "--ipc=host", "--network=host",
             "-v", f"{h.run_dir}:{h.run_dir}",
             *(a for k, v in env.items() for a in ("-e", f"{k}={v}")), "-e", "GPUFLEET_SMOKE_T0",
-            image_ref(h), "python", *watch, "torchrun", *trun, *script_args,
+            image_ref(h), "python3", *watch, "torchrun", *trun, *script_args,
         ]  # fmt: skip
         envs = [f"{MARKER}={h.run_id}"]
     elif rendezvous is None and opts.launcher != "torchrun":
@@ -117,8 +117,27 @@ def build_command(
     # timeout's -k leaves torchrun time to TERM its workers before KILL; the workers also carry
     # their own deadline (--deadline-in), and the controller's cleanup kills by marker anyway.
     limit = math.ceil(timeout) + 10
-    return ["setsid", "-w", "sh", "-c", WRAPPER, "sh", h.run_dir, str(limit),
+    wrapper, reaper = WRAPPER, []
+    if h.runtime == "docker":
+        # Killing the docker client (Ctrl-C kills the run's process group, and the controller
+        # may not get to run the cleanup) leaves its container running: a reaper in a session
+        # of its own waits for this session's leader to end, then removes the container.
+        wrapper = ('n="$1"; shift; (setsid sh -c \'while kill -0 "$1" 2>/dev/null; do sleep 1; '
+                   'done; docker rm -f "$2" >/dev/null 2>&1\' sh "$$" "$n" '
+                   '</dev/null >/dev/null 2>&1 &); ' + WRAPPER)
+        reaper = [container_name(h)]
+    return ["setsid", "-w", "sh", "-c", wrapper, "sh", *reaper, h.run_dir, str(limit),
             "timeout", "-k", "45", str(limit), "env", *envs, *inner]  # fmt: skip
+
+
+def gpu_args(h: HostRun) -> list[str]:
+    """GPUs into the container only where the host has them (CPU hosts: none, gloo). Unlimited
+    locked memory is for NCCL's pinned buffers; raising the hard limit needs CAP_SYS_RESOURCE,
+    which a CPU host's engine may lack and gloo does not need."""
+    if not h.gpu_count:
+        return []
+    nvidia = ["--runtime=nvidia"] if "nvidia" in h.runtimes else []
+    return ["--gpus", "all", *nvidia, "--ulimit", "memlock=-1"]
 
 
 def launcher_path(h: HostRun) -> str:

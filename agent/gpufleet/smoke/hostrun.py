@@ -10,6 +10,7 @@ from gpufleet.model import CommandResult, Facts, HostSpec
 from gpufleet.transport.base import Transport
 
 MARKER = "GPUFLEET_SMOKE_RUN"
+LABEL = "gpufleet.smoke"  # on every container of a run, value = the run id
 LOG_TAIL_BYTES = 6000
 CPU_RANKS = 2  # ranks on a host without GPUs: enough for real collectives, cheap for CI
 
@@ -58,6 +59,7 @@ class HostRun:
     link: str | None = None
     busy: tuple[str, ...] = ()
     runtime: str = "host"
+    runtimes: tuple[str, ...] = ()  # docker's runtimes (docker info), when known
     nproc: int = 0
     script: str = ""
     versions: dict[str, Any] = field(default_factory=dict)

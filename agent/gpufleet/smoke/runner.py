@@ -31,7 +31,14 @@ from gpufleet.smoke.command import (
     python_argv,
     torch_at_least,
 )
-from gpufleet.smoke.hostrun import CPU_RANKS, LOG_TAIL_BYTES, MARKER, HostRun, SmokeOptions
+from gpufleet.smoke.hostrun import (
+    CPU_RANKS,
+    LABEL,
+    LOG_TAIL_BYTES,
+    MARKER,
+    HostRun,
+    SmokeOptions,
+)
 from gpufleet.smoke.verdict import hung_ranks, loads, result
 from gpufleet.transport.base import Transport, TransportError
 
@@ -209,9 +216,15 @@ exit 0
 """.replace("%NCCL%", ncclconf.SHELL.strip())
 
 _CLEANUP = r"""
-d="$1"; id="$2"; name="$3"
+d="$1"; id="$2"; name="$3"; label="$4"
 if [ -s "$d/pgid" ]; then kill -KILL -"$(cat "$d/pgid")" 2>/dev/null; fi
-if [ -n "$name" ]; then docker rm -f "$name" >/dev/null 2>&1; fi
+if [ -n "$name" ]; then
+  docker rm -f "$name" >/dev/null 2>&1
+  c=$(docker ps -a -q --filter "label=$label" 2>/dev/null)
+  [ -n "$c" ] && docker rm -f $c >/dev/null 2>&1
+  c=$(docker ps -a -q --filter "label=$label" 2>/dev/null)
+  [ -n "$c" ] && echo "@@gpufleet leftover containers" $c
+fi
 i=0
 while :; do
   left=""
@@ -256,7 +269,7 @@ def _preflight(h: _Host) -> None:
     facts = h.facts
     need_smi = facts is None
     exp = h.spec.expect
-    need_docker = (exp.smoke_runtime is None and exp.pytorch_image is not None
+    need_docker = (exp.smoke_runtime in (None, "docker") and exp.pytorch_image is not None
                    and (facts is None or facts.docker is None))
     need_nccl = facts is None or facts.nccl_config is None
     res = h.transport.run(["sh", "-c", _PREFLIGHT, "sh", str(int(need_smi)),
@@ -301,6 +314,7 @@ def _preflight(h: _Host) -> None:
             runtimes = tuple(json.loads(sec["docker"]))
         except (ValueError, TypeError):
             runtimes = ()
+    h.runtimes = runtimes
     h.runtime = exp.smoke_runtime or (
         "docker" if exp.pytorch_image and "nvidia" in runtimes else "host"
     )
@@ -479,7 +493,7 @@ def _cleanup(h: _Host, *, quiet: bool = False) -> None:
     name = _container(h) if h.runtime == "docker" else ""
     try:
         res = h.transport.run(["sh", "-c", _CLEANUP, "sh", h.run_dir, f"{MARKER}={h.run_id}",
-                               name], timeout=60)
+                               name, f"{LABEL}={h.run_id}"], timeout=60)
     except (TransportError, OSError) as e:
         if not quiet:
             h.leftover = f"cleanup failed: {e}"

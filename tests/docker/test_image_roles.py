@@ -1,0 +1,97 @@
+"""The container roles against a real engine and registry.
+
+Over SSH on the debootstrap target that reaches the lab's engine (socket, pidfile and /etc/docker
+bind-mounted; no systemd): container_runtime installs Debian's docker.io and, with
+nvidia_container_toolkit (stand-in packages from the local signed mirror), merges daemon.json,
+which the running dockerd re-reads on SIGHUP; pytorch_image pulls repository@digest from the
+registry and verifies RepoDigests. Then locally (connection local, DOCKER_HOST), and a tag that
+points elsewhere in the registry is refused before anything is pulled.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dockerlib import DOCKER, DockerLab
+from imagetarget import ImageTarget, Play
+
+from conftest import IMAGE_TAGS, SITE
+
+pytestmark = [pytest.mark.docker, pytest.mark.ansible, pytest.mark.slow]
+
+
+def test_converge_pulls_the_image_by_digest_from_the_registry(converged: Play,
+                                                              docker_lab: DockerLab) -> None:
+    h = converged.host()
+    assert converged.rc == 0 and h["failed"] == 0, converged.tail()
+    assert "TASK [gpufleet.gpu.pytorch_image : Pull the image by digest]" in converged.output
+    assert f"{docker_lab.ref} points to {docker_lab.digest} in the registry" in converged.flat
+    digests = json.loads(docker_lab.docker("image", "inspect", "--format", "{{json .RepoDigests}}",
+                                           docker_lab.ref).stdout)  # fmt: skip
+    assert docker_lab.pinned in digests
+
+
+def test_cuda_preflight_without_a_driver_says_it_has_nothing_to_compare(converged: Play) -> None:
+    assert converged.rc == 0, converged.tail()
+    assert "NOT COMPARED: no NVIDIA driver on this host" in converged.flat, converged.tail()
+
+
+def test_daemon_json_is_merged_and_the_running_dockerd_reloads_it(
+    converged: Play, docker_lab: DockerLab
+) -> None:
+    assert converged.rc == 0, converged.tail()
+    data = json.loads(docker_lab.daemon_json.read_text())
+    assert data == {
+        "registry-mirrors": ["http://127.0.0.1:5000"],  # the administrator's key, kept
+        "live-restore": True, "log-driver": "json-file", "log-opts": {"max-size": "10m"},
+        "runtimes": {"nvidia": {"args": [], "path": "nvidia-container-runtime"}},
+    }  # fmt: skip
+    assert docker_lab.engine is not None
+    assert f"RELOADED dockerd (pid {docker_lab.engine.pid}) with SIGHUP" in converged.flat
+    # log-driver/log-opts are not reloadable (dockerd reference): named, not hidden
+    assert ("only a dockerd restart applies (restart it yourself on this host): log-driver, "
+            "log-opts.") in converged.flat, converged.tail()
+    info = docker_lab.info()  # the real daemon's view after the reload
+    assert "nvidia" in info["Runtimes"], info["Runtimes"]  # type: ignore[operator]
+    assert info["LiveRestoreEnabled"] is True
+
+
+def test_second_run_changes_nothing(converged: Play, image_target: ImageTarget) -> None:
+    assert converged.rc == 0, converged.tail()
+    again = image_target.play(SITE, "idempotence", "--tags", IMAGE_TAGS,
+                              extra_vars=image_target.host_vars())
+    assert again.rc == 0 and again.host()["changed"] == 0, again.tail()
+    assert "RELOADED dockerd" not in again.flat
+
+
+def test_a_tag_pointing_to_another_digest_is_refused(
+    converged: Play, image_target: ImageTarget, docker_lab: DockerLab
+) -> None:
+    assert converged.rc == 0, converged.tail()
+    moved = docker_lab.push_variant("moved", "another build")
+    tag = docker_lab.ref.rsplit(":", 1)[0] + ":moved"
+    docker_lab.docker("image", "rm", tag)
+    extra = image_target.host_vars() | {"pytorch_image": tag}
+    res = image_target.play(SITE, "moved-tag", "--tags", "pytorch_image", extra_vars=extra)
+    assert res.rc != 0 and res.host()["failed"] == 1, res.tail()
+    assert (f"Refused: {extra['pytorch_image']} points to {moved} in the registry, but "
+            f"pytorch_image_digest is {docker_lab.digest}") in res.flat, res.tail()
+    assert "Pull the image by digest" not in res.output
+    assert res.host()["changed"] == 0
+
+
+def test_pulls_locally_where_the_controller_is_the_docker_host(
+    converged: Play, image_target: ImageTarget, docker_lab: DockerLab
+) -> None:
+    """connection local, the engine from DOCKER_HOST: pulled, verified, then changed=0."""
+    assert converged.rc == 0, converged.tail()
+    docker_lab.docker("image", "rm", "-f", docker_lab.pinned, docker_lab.ref, check=False)
+    extra = image_target.host_vars() | {"pytorch_image_docker_command": DOCKER}
+    first = image_target.play(SITE, "local", "--tags", "pytorch_image", extra_vars=extra,
+                              local=True)
+    assert first.rc == 0 and first.host("localhost")["changed"] == 2, first.tail()  # pull, tag
+    assert docker_lab.image_present(docker_lab.pinned)
+    again = image_target.play(SITE, "local-again", "--tags", "pytorch_image", extra_vars=extra,
+                              local=True)
+    assert again.rc == 0 and again.host("localhost")["changed"] == 0, again.tail()
