@@ -125,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the report to FILE instead of stdout")
     report.add_argument("--store", type=Path, metavar="DIR",
                         help="add history from this run store (runs older than RUN.json)")
+    report.add_argument("--from-ansible", action="store_true",
+                        help="RUN.json is a playbook run's gpufleet.gpu.gpu_facts results (a "
+                             "file or directory, as `gpufleet ansible-report` reads them)")
+    report.add_argument("--fail-on", choices=("error", "warning", "info"), default=None,
+                        help="with --from-ansible: exit 1 when a finding is at or above this "
+                             "severity (default error)")
     report.set_defaults(run=cmd_report)
 
     history = sub.add_parser("history", help="per host: last known-good run, what changed, drift",
@@ -374,6 +380,13 @@ def _read_report(path: Path) -> dict[str, Any]:
 def cmd_report(args: argparse.Namespace) -> int:
     from gpufleet.report import Format, render_doc  # noqa: PLC0415
 
+    if args.from_ansible:  # the same as `gpufleet ansible-report RUN`
+        return cmd_ansible_report(argparse.Namespace(
+            results=args.run_file, format=args.format, output=args.output,
+            fail_on=args.fail_on or "error"))
+    if args.fail_on is not None:
+        raise UsageError("report: --fail-on goes with --from-ansible (a saved report is "
+                         "re-rendered as it is)")
     doc = _read_report(args.run_file)
     if args.store is not None:
         from gpufleet.history import RunStore, StoreError, history_section  # noqa: PLC0415

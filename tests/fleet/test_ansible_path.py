@@ -102,6 +102,14 @@ def test_ansible_report_reads_runner_job_events(afleet: Fleet, tree: Path,
                           env={**os.environ, **afleet.env})
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
+    # `gpufleet report --from-ansible` is the same reader under the report command
+    again = subprocess.run([str(Path(afleet.env["PATH"].split(":")[0]) / "gpufleet"),
+                            "report", "--from-ansible", str(events), "--format", "json"],
+                           capture_output=True, text=True, timeout=60, check=False,
+                           env={**os.environ, **afleet.env})
+    assert again.returncode == 1, again.stderr
+    same = json.loads(again.stdout)
+    assert same["hosts"] == doc["hosts"] and same["findings"] == doc["findings"]
     assert sorted(doc["hosts"]) == ["gpu-ecc", "gpu-ok"]
     assert {f["rule"] for f in doc["findings"] if f["hosts"] == ["gpu-ecc"]} >= {"GF402"}
     assert not [f for f in doc["findings"] if f["hosts"] == ["gpu-ok"]
