@@ -28,6 +28,7 @@ from gpufleet.smoke.command import (
     REFERENCE_FRACTION,
     build_command,
     container_name,
+    controller_timeout,
     python_argv,
     torch_at_least,
 )
@@ -421,7 +422,9 @@ def _reference(h: _Host, nproc: int) -> Mapping[int, float] | None:
 
 
 def _launch(h: _Host, argv: Sequence[str], timeout: float) -> None:
-    h.launch = h.transport.run(argv, timeout=timeout)
+    # The host-side `timeout` (limit + kill grace) ends the run and records that it fired; the
+    # controller's timeout lies beyond it, a backstop for a host that stopped answering.
+    h.launch = h.transport.run(argv, timeout=controller_timeout(timeout))
 
 
 def _launch_world(hosts: Sequence[_Host], argvs: Mapping[str, Sequence[str]],
