@@ -285,6 +285,31 @@ def test_multinode_refuses_a_busy_member(tmp_path: Path) -> None:
     assert res["n1"].error is not None and "n2: pid 99 train.py" in res["n1"].error
 
 
+def test_multinode_uses_the_versions_its_caller_read_and_still_compares_them(
+        tmp_path: Path) -> None:
+    """Known versions (localize read them once) are not probed again: a python that cannot run
+    would otherwise be "could not read"; a mismatch among them is still refused."""
+    broken = tmp_path / "py-broken"
+    broken.write_text("#!/bin/sh\necho probed >&2; exit 3\n")
+    broken.chmod(0o755)
+    members = []
+    for name in ("n1", "n2"):
+        spec = HostSpec(name=name, address="localhost", connection="local",
+                        expect=Expectations(smoke_python=str(broken)))
+        facts = Facts(gpus=(Gpu(index=0, name="NVIDIA H200"),))
+        members.append((spec, LocalTransport(spec), facts))
+    known = {"n1": {"torch": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.28.9"},
+             "n2": {"torch": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.27.3"}}
+    res = run_multinode(members, versions=known)
+    assert res["n1"].status == "error"
+    assert "NCCL versions differ across the group: n1 2.28.9, n2 2.27.3" in (res["n1"].error
+                                                                           or "")
+    # a host the caller knows nothing about is still probed (here: its python fails)
+    res = run_multinode(members, versions={"n1": known["n1"]})
+    assert "n2: could not read torch/NCCL versions: probed" in (res["n1"].error or "")
+    assert "n1:" not in (res["n1"].error or "")
+
+
 def test_the_controllers_timeout_is_named_with_the_host_when_only_it_fired() -> None:
     """A host that stopped answering: no exit record, the controller's backstop ended the launch."""
     h = _host("gpu01")
