@@ -8,6 +8,7 @@ configured timeout, named in the verdict, and nothing of the run left on the hos
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -34,20 +35,64 @@ def _smoke(fleet: Fleet, *args: str, env: dict[str, str] | None = None,
     return proc, report
 
 
-def _listing(fleet: Fleet, name: str) -> set[str]:
-    """Processes carrying a smoke run's marker, and smoke run dirs, as the host lists them."""
-    script = ("grep -l GPUFLEET_SMOKE_RUN= /proc/[0-9]*/environ 2>/dev/null; "
-              "ps -eo pid,args | grep '[s]moke_ddp.py'; ls -d /tmp/gpufleet-smoke.* 2>/dev/null; "
-              "true")
-    r = subprocess.run(fleet.ssh_argv(name, "sh", "-c", f"'{script}'"), capture_output=True,
-                       text=True, timeout=30, check=False, env=fleet.env)
+# Every process a smoke run starts on a fleet host descends from that host's sshd session and
+# keeps its SSH_CONNECTION ("client port server 22"): the server address is this fleet's own
+# (reserved among all fleets on the machine), so processes of another test run on the same
+# machine, and their markers, are told apart from this run's. The runner names every run dir
+# after its run id (/tmp/gpufleet-smoke.gfsmoke-<hex>.XXXXXXXX; other tools' dirs there are not
+# this run's), and a dir whose run id another fleet's live processes carry is that run's. The
+# script names are matched by a pattern that the listing's own command line does not match.
+_LISTING = r"""
+me=$(echo "$SSH_CONNECTION" | cut -d" " -f3,4)
+for p in $( (grep -l GPUFLEET_SMOKE_RUN= /proc/[0-9]*/environ
+             grep -lE "smoke_(ddp|launch)[.]py" /proc/[0-9]*/cmdline) 2>/dev/null |
+           cut -d/ -f3 | sort -u); do
+  env=$(tr "\0" "\n" < "/proc/$p/environ" 2>/dev/null) || continue
+  conn=$(printf "%s\n" "$env" | sed -n "s/^SSH_CONNECTION=//p" | cut -d" " -f3,4)
+  run=$(printf "%s\n" "$env" | sed -n "s/^GPUFLEET_SMOKE_RUN=//p")
+  if [ "$conn" = "$me" ]; then
+    echo "ours $p ${run:-unmarked} $(tr "\0" " " < "/proc/$p/cmdline" 2>/dev/null)"
+  elif [ -n "$run" ]; then echo "other $run"; fi
+done
+ls -d /tmp/gpufleet-smoke.gfsmoke-* 2>/dev/null | sed "s/^/dir /"
+true
+"""
+
+
+def _listing(fleet: Fleet, name: str) -> tuple[set[str], set[str], set[str]]:
+    """This fleet host's smoke processes, the run ids of other fleets' live smoke processes,
+    and every smoke run dir, as the host lists them."""
+    r = subprocess.run(fleet.ssh_argv(name, "sh", "-c", shlex.quote(_LISTING)),
+                       capture_output=True, text=True, timeout=30, check=False, env=fleet.env)
     assert r.returncode == 0, r.stderr
-    return set(r.stdout.split("\n")) - {""}
+    rows = [ln.split(" ", 1) for ln in r.stdout.splitlines() if " " in ln]
+    ours = {rest for kind, rest in rows if kind == "ours"}
+    others = {rest.strip() for kind, rest in rows if kind == "other"}
+    dirs = {rest.strip() for kind, rest in rows if kind == "dir"}
+    return ours, others, dirs
+
+
+def _run_id(run_dir: str) -> str:
+    return run_dir.removeprefix("/tmp/gpufleet-smoke.").rsplit(".", 1)[0]
 
 
 def _left_behind(fleet: Fleet, name: str, before: set[str]) -> set[str]:
-    # Compared with a listing taken before the run: other users of the machine may smoke too.
-    return _listing(fleet, name) - before
+    """What this run left on the host: every process of this fleet's sessions (by
+    SSH_CONNECTION), and run dirs that were not there before and belong to no other live run.
+    A dir of another test run (created meanwhile) goes with that run's cleanup: waited for."""
+    deadline = time.monotonic() + 20
+    while True:
+        ours, others, dirs = _listing(fleet, name)
+        new = {d for d in dirs - before if _run_id(d) not in others}
+        if ours or not new or time.monotonic() > deadline:
+            return ours | new
+        time.sleep(1)
+
+
+def _dirs(fleet: Fleet, name: str) -> set[str]:
+    ours, _, dirs = _listing(fleet, name)
+    assert ours == set(), f"smoke processes of this fleet before the run: {ours}"
+    return dirs
 
 
 def _passed(smoke: dict[str, Any]) -> None:
@@ -58,7 +103,7 @@ def _passed(smoke: dict[str, Any]) -> None:
 
 
 def test_single_host_gloo_two_ranks(fleet: Fleet) -> None:
-    before = _listing(fleet, "cpu-1")
+    before = _dirs(fleet, "cpu-1")
     proc, report = _smoke(fleet, "-l", "cpu-1")
     smoke = report["hosts"]["cpu-1"]["smoke"]
     _passed(smoke)
@@ -71,7 +116,7 @@ def test_single_host_gloo_two_ranks(fleet: Fleet) -> None:
 
 
 def test_multinode_two_hosts_two_ranks_each(fleet: Fleet) -> None:
-    before = {n: _listing(fleet, n) for n in ("cpu-1", "cpu-2")}
+    before = {n: _dirs(fleet, n) for n in ("cpu-1", "cpu-2")}
     proc, report = _smoke(fleet, "-l", "cpu", "--multinode")
     for name in ("cpu-1", "cpu-2"):
         smoke = report["hosts"][name]["smoke"]
@@ -88,7 +133,7 @@ def test_multinode_two_hosts_two_ranks_each(fleet: Fleet) -> None:
 
 
 def test_hung_rank_is_killed_named_and_cleaned_up(fleet: Fleet) -> None:
-    before = _listing(fleet, "cpu-2")
+    before = _dirs(fleet, "cpu-2")
     t = time.monotonic()
     proc, report = _smoke(fleet, "-l", "cpu-2", "--smoke-timeout", "90",
                           env={"GPUFLEET_SMOKE_TEST_HANG": "1", "GPUFLEET_SMOKE_PG_TIMEOUT": "5"})

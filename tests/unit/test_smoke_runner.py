@@ -18,7 +18,7 @@ from gpufleet.model import (
     GpuProcess,
     HostSpec,
 )
-from gpufleet.smoke import runner
+from gpufleet.smoke import command, runner
 from gpufleet.smoke.runner import MARKER, SmokeOptions, run_multinode, run_smoke
 from gpufleet.transport.local import LocalTransport
 
@@ -137,6 +137,8 @@ def test_host_command_spawns_ranks_in_its_own_session_with_the_marker() -> None:
     i = argv.index("timeout")
     assert argv[i:i + 4] == ["timeout", "-k", "45", "110"]
     assert argv[i - 1] == "110"  # the wrapper records the deadline it set (verdict.py)
+    # the controller's own timeout is only the backstop: past the host-side limit and its KILL
+    assert command.controller_timeout(100) > 110 + 45
     assert f"{MARKER}=gfsmoke-test" in argv
     j = argv.index("/opt/venv/bin/python")
     assert argv[j + 2:j + 4] == ["--spawn", "2"]
@@ -300,10 +302,56 @@ def test_multinode_refuses_a_busy_member(tmp_path: Path) -> None:
     assert res["n1"].error is not None and "n2: pid 99 train.py" in res["n1"].error
 
 
+def test_multinode_uses_the_versions_its_caller_read_and_still_compares_them(
+        tmp_path: Path) -> None:
+    """Known versions (localize read them once) are not probed again: a python that cannot run
+    would otherwise be "could not read"; a mismatch among them is still refused."""
+    broken = tmp_path / "py-broken"
+    broken.write_text("#!/bin/sh\necho probed >&2; exit 3\n")
+    broken.chmod(0o755)
+    members = []
+    for name in ("n1", "n2"):
+        spec = HostSpec(name=name, address="localhost", connection="local",
+                        expect=Expectations(smoke_python=str(broken)))
+        facts = Facts(gpus=(Gpu(index=0, name="NVIDIA H200"),))
+        members.append((spec, LocalTransport(spec), facts))
+    known = {"n1": {"torch": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.28.9"},
+             "n2": {"torch": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.27.3"}}
+    res = run_multinode(members, versions=known)
+    assert res["n1"].status == "error"
+    assert "NCCL versions differ across the group: n1 2.28.9, n2 2.27.3" in (res["n1"].error
+                                                                           or "")
+    # a host the caller knows nothing about is still probed (here: its python fails)
+    res = run_multinode(members, versions={"n1": known["n1"]})
+    assert "n2: could not read torch/NCCL versions: probed" in (res["n1"].error or "")
+    assert "n1:" not in (res["n1"].error or "")
+
+
+def test_the_controllers_timeout_is_named_with_the_host_when_only_it_fired() -> None:
+    """A host that stopped answering: no exit record, the controller's backstop ended the launch."""
+    h = _host("gpu01")
+    h.nproc = 2
+    h.files = {"rank0.progress": json.dumps({"rank": 0, "state": "in", "seq": 3, "phase": "ddp"}),
+               "rank1.progress": json.dumps({"rank": 1, "state": "before", "seq": 2,
+                                             "phase": "ddp"})}
+    h.launch = CommandResult(rc=None, stdout="", stderr="", duration_s=185.04, timed_out=True)
+    res = runner._result(h, [h], "quick", 190.0)
+    assert res.status == "timeout" and res.hung_ranks == (1,)
+    assert "the controller's timeout fired on gpu01 after 185.0 s" in (res.error or "")
+    assert "host-side" not in (res.error or "")
+    assert res.causes["controller_timeout"] == {"hosts": {"gpu01": 185.0}, "fired": True}
+    # both fired (the exit record came back late): the host-side deadline first, both named
+    h.files["exit"] = "rc=124 start=100 end=210 limit=110"
+    res = runner._result(h, [h], "quick", 190.0)
+    assert ("the host-side deadline fired on gpu01 (110 s of 110 s); the controller's timeout "
+            "also fired on gpu01 after 185.0 s") in (res.error or "")
+
+
 @pytest.mark.slow
 def test_runner_timeout_kills_a_hung_run_and_names_the_rank() -> None:
-    """A rank stops before a collective and the process-group timeout is far away: the runner's
-    own timeout must end the run, name the rank, and leave no process behind."""
+    """A rank stops before a collective and the process-group timeout is far away: the host-side
+    deadline must end the run (the controller's timeout lies beyond it, a backstop only), be
+    recorded and named, name the rank, and leave no process behind."""
     import sys  # noqa: PLC0415
 
     spec = HostSpec(name="local", address="localhost", connection="local",
@@ -320,7 +368,10 @@ def test_runner_timeout_kills_a_hung_run_and_names_the_rank() -> None:
     assert "host-side deadline fired on local" in res.error
     assert res.causes["deadline"]["local"]["fired"] is True
     assert "rank(s) 1 hung" in res.error
-    assert took < 30 + 30, took  # the deadline plus the cleanup's bounded kill loop
+    assert "controller's timeout" not in res.error and "controller_timeout" not in res.causes
+    # The host-side limit plus timeout's KILL grace plus the cleanup's bounded kill loop: a
+    # loaded machine stretches the launch, never past the controller's backstop.
+    assert took < command.host_limit(30) + command.KILL_GRACE_S + 10, took
     assert _live_smoke_pids() == [], "processes of the smoke run survived the kill"
     assert not os.path.exists("/tmp/gpufleet-smoke.abc")
 

@@ -219,7 +219,11 @@ def run_localize(
             members = [(by_name[n], held[n], facts[n]) for n in names]
             started = time.monotonic()
             try:
-                smokes = run_multinode(members, level=level, timeout=smoke_timeout, force=force)
+                # The versions read before the search: no torch import per host per world to
+                # read them again (run_multinode still compares them across the world).
+                known = {n: v for n in names if isinstance(v := versions.get(n), dict)}
+                smokes = run_multinode(members, level=level, timeout=smoke_timeout, force=force,
+                                       versions=known)
             except Exception as exc:  # the world failed as a whole
                 return Measured(names, None, error=f"{type(exc).__name__}: {exc}",
                                 duration_s=time.monotonic() - started)

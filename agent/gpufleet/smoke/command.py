@@ -13,6 +13,26 @@ from gpufleet.smoke.hostrun import LABEL, MARKER, HostRun, SmokeOptions
 # Sizes >= 64 MiB must reach this fraction of the expectation (the check, not the benchmark goal).
 REFERENCE_FRACTION = 0.8
 
+# How long the host-side `timeout` waits after its TERM before it sends KILL (torchrun TERMs its
+# workers meanwhile). The run on a host that still answers ends by host_limit(t) + KILL_GRACE_S.
+KILL_GRACE_S = 45
+# The controller's own timeout lies beyond that by this margin (the wrapper writing its exit
+# record, a slow link, a loaded host): it is only the backstop for a host that stopped
+# answering, so the host-side deadline always fires first where the host can say so.
+CONTROLLER_MARGIN_S = 30
+
+
+def host_limit(timeout: float) -> int:
+    """The host-side `timeout` limit (s) for a run given `timeout`: room for the launch."""
+    return math.ceil(timeout) + 10
+
+
+def controller_timeout(timeout: float) -> float:
+    """The controller's transport timeout for the launch: the host-side limit, its kill
+    grace and a margin. Firing means the host did not end the run itself."""
+    return float(host_limit(timeout) + KILL_GRACE_S + CONTROLLER_MARGIN_S)
+
+
 # The wrapper records the session (pgid), the launch time, and how the launch ended: exit
 # status, start and end (epoch s) and the host-side deadline, so that the runner knows whether
 # `timeout` really fired (ended at or after the deadline) instead of guessing from 124/137.
@@ -116,7 +136,7 @@ def build_command(
         envs = [f"{k}={v}" for k, v in env.items()]
     # timeout's -k leaves torchrun time to TERM its workers before KILL; the workers also carry
     # their own deadline (--deadline-in), and the controller's cleanup kills by marker anyway.
-    limit = math.ceil(timeout) + 10
+    limit = host_limit(timeout)
     wrapper, reaper = WRAPPER, []
     if h.runtime == "docker":
         # Killing the docker client (Ctrl-C kills the run's process group, and the controller
@@ -127,7 +147,7 @@ def build_command(
                    '</dev/null >/dev/null 2>&1 &); ' + WRAPPER)
         reaper = [container_name(h)]
     return ["setsid", "-w", "sh", "-c", wrapper, "sh", *reaper, h.run_dir, str(limit),
-            "timeout", "-k", "45", str(limit), "env", *envs, *inner]  # fmt: skip
+            "timeout", "-k", str(KILL_GRACE_S), str(limit), "env", *envs, *inner]  # fmt: skip
 
 
 def gpu_args(h: HostRun) -> list[str]:

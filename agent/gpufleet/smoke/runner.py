@@ -28,6 +28,7 @@ from gpufleet.smoke.command import (
     REFERENCE_FRACTION,
     build_command,
     container_name,
+    controller_timeout,
     python_argv,
     torch_at_least,
 )
@@ -119,12 +120,17 @@ def run_multinode(
     timeout: float = 600.0,
     force: bool = False,
     options: SmokeOptions | None = None,
+    versions: Mapping[str, Mapping[str, str | None]] | None = None,
 ) -> dict[str, SmokeResult]:
     """One world over every member (torchrun with c10d rendezvous on the first host).
 
     Each host gets a SmokeResult carrying the world's checks and that host's own bandwidth.
     Before launching, torch/CUDA/NCCL versions are compared across the group: mismatched NCCL
     versions abort or hang at init (REFERENCE.md), so a mismatch is refused with status "error".
+    `versions` (host name -> {"torch", "cuda", "nccl"}): what a caller already read from those
+    hosts (localize, once before its search); used, and compared, instead of probing them again
+    (a torch import per host per world). Hosts not in it, with an empty entry, or running the
+    smoke test in a container (the image's torch, not the host's) are probed.
     """
     opts = options if options is not None else SmokeOptions.from_env(os.environ)
     started = time.monotonic()
@@ -132,8 +138,9 @@ def run_multinode(
     hosts = [_Host(s, t, f, run_id) for s, t, f in members]
     if not hosts:
         return {}
+    known = {n: dict(v) for n, v in (versions or {}).items() if v}
     try:
-        _each(hosts, _prepare_member)
+        _each(hosts, lambda h: _prepare_member(h, known.get(h.spec.name)))
         failed = [h for h in hosts if h.error]
         if failed:
             msg = "; ".join(f"{h.spec.name}: {h.error}" for h in failed)
@@ -390,12 +397,15 @@ def _upload(h: _Host) -> None:
         h.transport.put(mod.read_bytes(), f"{h.run_dir}/{mod.name}", 0o644)
 
 
-def _prepare_member(h: _Host) -> None:
+def _prepare_member(h: _Host, known: dict[str, str | None] | None = None) -> None:
     try:
         _preflight(h)
         if h.error:
             return
         _upload(h)
+        if known is not None and h.runtime == "host":  # in an image: asked inside it
+            h.versions = dict(known)
+            return
         res = h.transport.run(_python(h, [h.script, "--run-dir", h.run_dir, "--versions"]),
                               timeout=120)
         line = res.stdout.strip().splitlines()[-1:] or [""]
@@ -435,7 +445,9 @@ def _reference(h: _Host, nproc: int) -> Mapping[int, float] | None:
 
 
 def _launch(h: _Host, argv: Sequence[str], timeout: float) -> None:
-    h.launch = h.transport.run(argv, timeout=timeout)
+    # The host-side `timeout` (limit + kill grace) ends the run and records that it fired; the
+    # controller's timeout lies beyond it, a backstop for a host that stopped answering.
+    h.launch = h.transport.run(argv, timeout=controller_timeout(timeout))
 
 
 def _launch_world(hosts: Sequence[_Host], argvs: Mapping[str, Sequence[str]],

@@ -225,7 +225,12 @@ def failure(
             if obj is not None and k.startswith("rank") and (n := rank_of(obj, world)) is not None:
                 (progress if k.endswith(".progress") else rank_files)[n] = obj
     nranks = max([sum(m.nproc for m in world), *(r + 1 for r in [*progress, *rank_files])])
-    controller = any(m.launch is not None and m.launch.timed_out for m in world)
+    # The controller's transport timeout lies beyond the host-side limit and its kill grace
+    # (command.controller_timeout): it fires only where a host did not end the run itself.
+    controller = {m.spec.name: round(m.launch.duration_s, 1) for m in world
+                  if m.launch is not None and m.launch.timed_out}
+    if controller:
+        causes["controller_timeout"] = {"hosts": controller, "fired": True}
     host_deadline = [n for n, d in causes["deadline"].items() if d["fired"]]
     watchdog = causes["watchdog"][0] if causes["watchdog"] else None
     # A rank whose collective timed out waited for others: that deadline really fired too.
@@ -243,11 +248,15 @@ def failure(
                                                or watchdog.get("kind") == "exited")):
         status = "timeout"
         if host_deadline or controller:
+            backstop = ", ".join(f"{n} after {secs} s" for n, secs in controller.items())
             which = (f"the host-side deadline fired on {', '.join(host_deadline)}"
                      + "".join(f" ({causes['deadline'][n]['elapsed_s']} s of "
                                f"{causes['deadline'][n]['limit_s']} s)" for n in host_deadline
-                               if n in causes["deadline"])) if host_deadline else \
-                "the controller's timeout fired"
+                               if n in causes["deadline"])
+                     + (f"; the controller's timeout also fired on {backstop}"
+                        if controller else "")) if host_deadline else \
+                (f"the controller's timeout fired on {backstop}: the host did not end the run "
+                 "within its own deadline and kill grace (stopped answering?)")
             parts.append(f"the run exceeded its timeout and was killed: {which}")
         else:
             first = causes["ranks"][str(pg[0])]
