@@ -101,8 +101,10 @@ def test_ctrl_c_during_a_container_run_leaves_no_container(
 ) -> None:
     cmd = [sys.executable, "-m", "gpufleet", "smoke", "-i", str(image_target.inventory),
            "-l", HOSTS[0], "--format", "json", "--smoke-timeout", "600"]  # fmt: skip
+    # The run must still be going when Ctrl-C comes: the launcher's stall watchdog (15 s at
+    # quick) would otherwise end the hung world first.
     env = {**image_target.cli_env(), "GPUFLEET_SMOKE_TEST_HANG": "1",
-           "GPUFLEET_SMOKE_PG_TIMEOUT": "300"}  # fmt: skip
+           "GPUFLEET_SMOKE_PG_TIMEOUT": "300", "GPUFLEET_SMOKE_WATCHDOG_STALL": "600"}  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=image_target.logdir, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
@@ -127,7 +129,7 @@ def test_ctrl_c_during_a_container_run_leaves_no_container(
 
 def _torchrun_container(lab: DockerLab) -> str:
     """The run id of a running torchrun container of a smoke run, or ""."""
-    out = lab.docker("ps", "--filter", f"label={SMOKE_LABEL}", "--format",
+    out = lab.docker("ps", "--no-trunc", "--filter", f"label={SMOKE_LABEL}", "--format",
                      '{{.Command}} {{.Label "gpufleet.smoke"}}').stdout  # fmt: skip
     runs = [line.split()[-1] for line in out.splitlines() if "torchrun" in line]
     return runs[0] if runs else ""

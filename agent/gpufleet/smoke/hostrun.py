@@ -42,6 +42,8 @@ class SmokeOptions:
             test_hang_rank=int(rank) if rank else None,
             test_hang_phase=ph or "allreduce_exact",
             launcher=environ.get("GPUFLEET_SMOKE_LAUNCHER", "auto"),
+            # the launcher's watchdog limits (smoke_launch.LIMITS) reach the ranks' environment
+            env={k: v for k, v in environ.items() if k.startswith("GPUFLEET_SMOKE_WATCHDOG_")},
         )
 
 
