@@ -65,7 +65,11 @@ def test_ctrl_c_stops_engine_and_registry_and_leaves_nothing() -> None:
         assert root.name.startswith("gfdk-"), proc.stderr.read() if proc.stderr else ""
         assert _sleeper_pids(wait=20), "the container's process is not running"
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=90)
+        # communicate, not wait: the child's output pipes are drained while it shuts down.
+        # 180 s: DockerLab.close() may take its bounded steps in full (ps 30 + rm 60 + engine 30
+        # + registry 10 s) on a loaded 2-core machine; 90 s was seen too short in full CI runs.
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode is not None, err
     finally:
         if proc.poll() is None:
             proc.kill()
