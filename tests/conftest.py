@@ -24,3 +24,66 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
     return FIXTURES
+
+
+# ----------------------------------------------------------------- parallel runs (pytest -n 2)
+# scripts/test.sh runs the suite on two xdist workers. A work unit is a module, or every module
+# that uses one session harness (one engine + registry, one sshd fleet, one sshd lab, one role
+# target): no harness starts twice (the sshd lab's addresses are fixed) and module fixtures stay
+# whole. The scheduler only sees test ids, so the modules of a harness are listed here, and
+# collection checks the list against the fixtures the modules really use. Units are handed out
+# longest first (seconds measured on 2 cores, one worker) so that the last to finish is short.
+HARNESS_MODULES = {
+    "role_lab": ("tests/ansible/test_ansible_roles.py",),
+    "docker_lab": ("tests/docker/test_docker_lab.py", "tests/docker/test_image_facts.py",
+                   "tests/docker/test_image_roles.py", "tests/docker/test_image_smoke.py"),
+    "fleet": ("tests/fleet/test_become_fleet.py", "tests/fleet/test_fleet_facts.py",
+              "tests/fleet/test_fleet_fixture.py", "tests/fleet/test_smoke_fleet.py"),
+    "sshd_lab": ("tests/transport/test_hostile_ssh.py", "tests/transport/test_ssh.py",
+                 "tests/transport/test_sweep.py"),
+}
+UNIT_OF = {module: unit for unit, modules in HARNESS_MODULES.items() for module in modules}
+LONGEST_FIRST = (
+    "role_lab",  # 280 s: tests/ansible/test_ansible_roles.py
+    "tests/fleet/test_localize_fleet.py",  # 215 s
+    "docker_lab",  # 205 s
+    "tests/slurm/test_slurm.py",  # 75 s
+    "tests/ansible/test_ansible_ubuntu_graph.py",  # 75 s
+    "fleet",  # 70 s
+    "tests/docker/test_workspaces.py",  # 65 s
+    "tests/unit/test_smoke_runner.py",  # 45 s
+    "tests/unit/test_smoke_deep_runs.py",  # 40 s
+)
+
+
+def unit_of(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return UNIT_OF.get(module, module)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        units.setdefault(unit_of(item.nodeid), []).append(item)
+        harness = next((h for h in HARNESS_MODULES if h in getattr(item, "fixturenames", ())), None)
+        if harness is not None and unit_of(item.nodeid) != harness:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the session harness {harness!r}: add its module to "
+                f"HARNESS_MODULES[{harness!r}] in tests/conftest.py (parallel runs keep a "
+                "harness on one worker)")
+    rank = {unit: i for i, unit in enumerate(LONGEST_FIRST)}
+    order = sorted(units, key=lambda unit: rank.get(unit, len(rank)))  # stable: rest as collected
+    items[:] = [it for unit in order for it in units[unit]]
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Load-scope scheduling by the units above, in collection order (already longest first)."""
+    from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415  (only under -n)
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    config.option.loadscopereorder = False
+    return UnitScheduling(config, log)

@@ -8,6 +8,7 @@ own apt configuration names).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import gzip
 import hashlib
@@ -19,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
@@ -75,6 +76,24 @@ def rootfs_tarball() -> Path:
     if tarball.exists():
         return tarball
     tarball.parent.mkdir(parents=True, exist_ok=True)
+    with debootstrap_cache_lock():
+        if not tarball.exists():
+            _build_rootfs(tarball)
+    return tarball
+
+
+@contextlib.contextmanager
+def debootstrap_cache_lock() -> Iterator[None]:
+    """Held while debootstrap fills the shared package cache or the tarball is written: parallel
+    test workers (pytest -n) on a cold cache wait for one build instead of racing on its files."""
+    path = CACHE / "debootstrap" / ".lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _build_rootfs(tarball: Path) -> None:
     build = tarball.parent / f"build-{os.getpid()}"
     shutil.rmtree(build, ignore_errors=True)
     debs = CACHE / "debootstrap" / "debs"
@@ -101,7 +120,6 @@ def rootfs_tarball() -> Path:
         part.rename(tarball)
     finally:
         shutil.rmtree(build, ignore_errors=True)
-    return tarball
 
 
 def _in_use(addr: str, port: int) -> bool:
@@ -406,6 +424,8 @@ def _link_debs(src: Path, dst: Path) -> None:
         if not target.exists():
             try:
                 os.link(deb, target)
+            except FileExistsError:
+                continue  # a parallel run linked it meanwhile
             except OSError:
                 shutil.copy2(deb, target)
 

@@ -315,6 +315,43 @@ def _mounts_under(root: Path) -> list[str]:
     return found
 
 
+def sweep_stale() -> list[Path]:
+    """Remove the roots of labs whose test process is gone (SIGKILLed: the kernel ended their
+    daemons, but a dead process cannot unmount the engine's netns file or delete its tree)."""
+    swept = []
+    for root in Path("/var/tmp").glob("gfdk-*-*"):
+        try:
+            os.kill(int(root.name.split("-")[1]), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except (PermissionError, ValueError):
+            continue
+        for pid in [p for p, _ in _processes_under(root)] + _container_processes(root):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for mount in reversed(_mounts_under(root)):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+        swept.append(root)
+    return swept
+
+
+def _container_processes(root: Path) -> list[int]:
+    """Processes in the cgroup of a container of the lab at root (its ids are data/containers/*):
+    what is left when the engine was killed before it could stop its containers."""
+    ids = [d.name for d in (root / "data" / "containers").glob("*") if len(d.name) == 64]
+    found = []
+    for entry in os.listdir("/proc") if ids else ():
+        try:
+            cgroup = Path(f"/proc/{entry}/cgroup").read_text() if entry.isdigit() else ""
+        except OSError:
+            continue
+        if any(i in cgroup for i in ids):
+            found.append(int(entry))
+    return found
+
+
 def _port_free(address: str, port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -384,6 +421,7 @@ def start_lab(daemon_json: dict[str, object] | None = None, bridge: bool = False
         if not Path(tool).exists():
             raise LabError(f"{tool} missing: install {pkg} (scripts/setup.sh does)")
     # Short: the engine's containerd puts sockets under the exec root (108-byte path limit).
+    sweep_stale()
     root = Path(f"/var/tmp/gfdk-{os.getpid()}-{next(_counter)}")
     subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
     root.mkdir(parents=True)

@@ -1,5 +1,6 @@
 """The harness itself: a real dockerd and registry come up, serve the test image, run a container
-on the host network, and leave nothing behind however the run ends (here: Ctrl-C)."""
+on the host network, and leave nothing behind however the run ends (Ctrl-C, or SIGKILL and the
+next lab's sweep)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import dockerlib
 import pytest
 from dockerlib import LABEL, DockerLab
 
@@ -77,6 +79,29 @@ def test_ctrl_c_stops_engine_and_registry_and_leaves_nothing() -> None:
     assert _sleeper_pids(wait=0) == []
     left = [ln for ln in Path("/proc/self/mountinfo").read_text().splitlines() if str(root) in ln]
     assert left == []
+    procs = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
+    assert procs.strip() == "", procs
+
+
+def test_a_killed_test_process_leaves_a_root_that_the_next_lab_sweeps() -> None:
+    """SIGKILL: the kernel ends the daemons (PR_SET_PDEATHSIG), but a dead process can neither
+    unmount the engine's netns file nor delete its tree; the next make_lab() sweeps them."""
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD.format(here=str(HERE))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        root = Path(proc.stdout.readline().strip())
+        assert root.name.startswith("gfdk-"), proc.stderr.read() if proc.stderr else ""
+        assert _sleeper_pids(wait=20), "the container's process is not running"
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    assert root.exists()
+    assert root in dockerlib.sweep_stale()
+    assert not root.exists(), f"{root} left behind"
+    assert _sleeper_pids(wait=0) == []
+    mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    assert [ln for ln in mounts if str(root) in ln] == []
     procs = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
     assert procs.strip() == "", procs
 
