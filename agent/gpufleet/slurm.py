@@ -259,20 +259,25 @@ class SlurmNode:
         self._clock = clock
 
     def nodes(self, *, claims: bool = False) -> dict[str, NodeState]:
-        res = self._run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT])
-        if res.returncode != 0:
-            raise SlurmError(f"sinfo exited {res.returncode}: {res.stderr.strip()[:300]}")
-        nodes = parse_sinfo(res.stdout)
-        if not claims:
+        # Comments (claims) in a separate call: a Comment is free text and may hold the
+        # separator. They are read *before* the states: a node clears its claim only after its
+        # drain has landed, so read in this order every deciding node is seen by its claim or by
+        # its drain. States first let one drain and clear in between and be seen by neither (a
+        # loaded cluster drained three of four nodes with a limit of two that way).
+        found = self._sinfo("-O", "NodeList:|,Comment:") if claims else None
+        nodes = parse_sinfo(self._sinfo("-o", SINFO_FORMAT))
+        if found is None:
             return nodes
-        # A separate call: a Comment is free text and may hold the separator.
-        res = self._run(["sinfo", "-h", "-N", "-O", "NodeList:|,Comment:"])
+        comments = parse_comments(found)
+        return {n: dataclasses.replace(s, comment=comments.get(n, ""),
+                                       claim=claim_of(comments.get(n, "")))
+                for n, s in nodes.items()}
+
+    def _sinfo(self, *args: str) -> str:
+        res = self._run(["sinfo", "-h", "-N", *args])
         if res.returncode != 0:
             raise SlurmError(f"sinfo exited {res.returncode}: {res.stderr.strip()[:300]}")
-        found = parse_comments(res.stdout)
-        return {n: dataclasses.replace(s, comment=found.get(n, ""),
-                                       claim=claim_of(found.get(n, "")))
-                for n, s in nodes.items()}
+        return res.stdout
 
     def _update(self, *settings: str) -> None:
         res = self._run(["scontrol", "update", f"NodeName={self.node}", *settings])

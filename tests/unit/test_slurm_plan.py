@@ -182,6 +182,31 @@ def test_apply_claims_waits_and_trips_when_earlier_claims_fill_the_budget() -> N
     assert fake.nodes["node3"].state == "idle"
 
 
+def test_a_drain_landing_between_the_two_reads_is_still_seen() -> None:
+    """Another node drains and clears its claim while this one reads: whichever read sees it
+    (the claim before, the drain after), it counts, and the breaker holds at its limit."""
+    fake = Recorder(_cluster())
+    fake.nodes["node1"] = dataclasses.replace(fake.nodes["node1"], comment="gpufleet-claim:999.900")
+    reads = 0
+
+    def racing(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        nonlocal reads
+        out = fake(argv)
+        if argv[0] == "sinfo":
+            reads += 1
+            if reads == 4:  # node1 drains and clears its claim between the deciding two reads
+                fake(["scontrol", "update", "NodeName=node1", "State=DRAIN", "Reason=gpufleet: x"])
+                fake(["scontrol", "update", "NodeName=node1", "Comment="])
+        return out
+
+    clock = iter([1000.0, 1000.1, 1000.2, 1002.6])
+    p = SlurmNode("node3", runner=racing, sleep=lambda s: None, clock=lambda: next(clock)).apply(
+        "gpufleet: GF402 x", share=0.25, window_s=3600)
+    assert p.action == "breaker", p
+    assert p.budget["gpu"] == (1, ("node1",))
+    assert fake.nodes["node3"].state == "idle"
+
+
 def test_apply_drains_when_there_is_room() -> None:
     fake = Recorder(_cluster())
     p = SlurmNode("node1", runner=fake, sleep=lambda s: None).apply(
