@@ -59,13 +59,9 @@ with dockerlib.make_lab() as lab:
 
 
 def test_ctrl_c_stops_engine_and_registry_and_leaves_nothing() -> None:
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD.format(here=str(HERE))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
+    proc = _child_with_a_lab()
     try:
-        root = Path(proc.stdout.readline().strip())
-        assert root.name.startswith("gfdk-"), proc.stderr.read() if proc.stderr else ""
-        assert _sleeper_pids(wait=20), "the container's process is not running"
+        root = _lab_root(proc)
         proc.send_signal(signal.SIGINT)
         # communicate, not wait: the child's output pipes are drained while it shuts down.
         # 180 s: DockerLab.close() may take its bounded steps in full (ps 30 + rm 60 + engine 30
@@ -75,29 +71,38 @@ def test_ctrl_c_stops_engine_and_registry_and_leaves_nothing() -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert not root.exists(), f"{root} left behind"
-    assert _sleeper_pids(wait=0) == []
-    left = [ln for ln in Path("/proc/self/mountinfo").read_text().splitlines() if str(root) in ln]
-    assert left == []
-    procs = subprocess.run(["pgrep", "-af", str(root)], capture_output=True, text=True).stdout
-    assert procs.strip() == "", procs
+    _assert_nothing_left(root)
 
 
 def test_a_killed_test_process_leaves_a_root_that_the_next_lab_sweeps() -> None:
     """SIGKILL: the kernel ends the daemons (PR_SET_PDEATHSIG), but a dead process can neither
     unmount the engine's netns file nor delete its tree; the next make_lab() sweeps them."""
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD.format(here=str(HERE))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
+    proc = _child_with_a_lab()
     try:
-        root = Path(proc.stdout.readline().strip())
-        assert root.name.startswith("gfdk-"), proc.stderr.read() if proc.stderr else ""
-        assert _sleeper_pids(wait=20), "the container's process is not running"
+        root = _lab_root(proc)
     finally:
         proc.kill()
         proc.communicate(timeout=60)
     assert root.exists()
     assert root in dockerlib.sweep_stale()
+    _assert_nothing_left(root)
+
+
+def _child_with_a_lab() -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", _CHILD.format(here=str(HERE))],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _lab_root(proc: subprocess.Popen[str]) -> Path:
+    """The child's lab root, once its container runs."""
+    assert proc.stdout is not None
+    root = Path(proc.stdout.readline().strip())
+    assert root.name.startswith("gfdk-"), proc.stderr.read() if proc.stderr else ""
+    assert _sleeper_pids(wait=20), "the container's process is not running"
+    return root
+
+
+def _assert_nothing_left(root: Path) -> None:
     assert not root.exists(), f"{root} left behind"
     assert _sleeper_pids(wait=0) == []
     mounts = Path("/proc/self/mountinfo").read_text().splitlines()
