@@ -77,6 +77,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items[:] = [it for unit in order for it in units[unit]]
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist (a GPU box) runs on
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Load-scope scheduling by the units above, in collection order (already longest first)."""
     from xdist.scheduler import LoadScopeScheduling  # noqa: PLC0415  (only under -n)
