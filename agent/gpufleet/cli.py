@@ -22,10 +22,10 @@ from typing import Any
 
 from gpufleet import __version__
 from gpufleet.model import Facts, HostResult, HostSpec, Report
+from gpufleet.smoke import levels as smoke_levels
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 FORMATS = ("table", "json", "junit", "prometheus", "markdown", "html", "html-static")
-SMOKE_TIMEOUT = {"quick": 300.0, "full": 1800.0}
 
 
 class UsageError(Exception):
@@ -292,7 +292,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     results = run_check(
         specs, level=args.level, multinode=args.multinode, force=args.force, forks=args.forks,
         connect_timeout=args.connect_timeout, probe_timeout=args.timeout,
-        smoke_timeout=args.smoke_timeout or SMOKE_TIMEOUT.get(args.level, 300.0),
+        smoke_timeout=args.smoke_timeout or smoke_levels.timeout(args.level),
         accept_new_host_keys=args.accept_new_host_keys, raw_dir=args.save_raw,
         smoke_without_gpu=bool(args.inventory),
     )
@@ -470,7 +470,7 @@ def cmd_localize(args: argparse.Namespace) -> int:
     run = run_localize(
         specs, level=args.level, force=args.force, forks=args.forks,
         connect_timeout=args.connect_timeout, probe_timeout=args.timeout,
-        smoke_timeout=args.smoke_timeout or SMOKE_TIMEOUT[args.level],
+        smoke_timeout=args.smoke_timeout or smoke_levels.timeout(args.level),
         accept_new_host_keys=args.accept_new_host_keys, strategy=args.groups,
         max_worlds=args.max_worlds,
     )
@@ -676,7 +676,7 @@ def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
     try:
         results, specs = run_slurm_smoke(
             load_expectations(args.expect), level=args.level,
-            timeout=args.smoke_timeout or SMOKE_TIMEOUT.get(args.level, 300.0),
+            timeout=args.smoke_timeout or smoke_levels.timeout(args.level),
             probe_timeout=args.timeout, force=args.force)
     except (AllocationError, ExpectError) as exc:
         raise UsageError(str(exc)) from exc
