@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from test_profiles import PROFILES  # built from the overlays, as the fleet does at start
 
-from gpufleet.ansible_results import facts_from_json
+from gpufleet.engines.ansible import facts_from_json
 from gpufleet.model import to_jsonable
 
 REPO = Path(__file__).resolve().parents[2]

@@ -189,7 +189,7 @@ def report_from_results(results: Mapping[str, HostResult], *, generated_at: str,
                         expect: Mapping[str, Mapping[str, Any]] | None = None) -> Report:
     """The gpufleet report (findings and summary) over results gathered by Ansible; `expect`
     gives each host's desired-state variables (gpu_facts returns them as gpufleet_expect)."""
-    from gpufleet.nodecheck import node_spec  # noqa: PLC0415
+    from gpufleet.inventory import node_spec  # noqa: PLC0415
     from gpufleet.report import summarize  # noqa: PLC0415
     from gpufleet.rules import evaluate  # noqa: PLC0415
 
