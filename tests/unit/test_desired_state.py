@@ -136,3 +136,11 @@ def test_ansible_report_judges_a_workspace_against_its_own_digest(
     assert gf801["evidence"]["expected"] == OWN
     missing = _ansible_report(_results(tmp_path, expect), capsys)
     assert [f["rule"] for f in missing["findings"] if f["rule"].startswith("GF8")] == ["GF808"]
+
+
+def test_docs_table_is_the_table() -> None:
+    """docs/desired-state.md lists every variable as the table declares it."""
+    text = (REPO / "docs/desired-state.md").read_text()
+    for v in desired.VARS:
+        row = f"| `{v.name}` | `{v.field}` | {v.kind} | {', '.join(v.scope)} | {v.doc} |"
+        assert row in text, v.name
