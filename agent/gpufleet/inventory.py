@@ -158,34 +158,41 @@ def _templater(loader: Any, hostvars: Mapping[str, Any]) -> Callable[[Any], Any]
     return render
 
 
-def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) -> HostSpec:
-    def var(*keys: str) -> Any:
+class _Vars:
+    """One host's variables, read as Ansible reads them: templated, "" and None mean unset, a
+    value of the wrong type is an InventoryError naming the host and the variable."""
+
+    def __init__(self, name: str, hostvars: Mapping[str, Any],
+                 render: Callable[[Any], Any]) -> None:
+        self.name, self._vars, self._render = name, hostvars, render
+
+    def var(self, *keys: str) -> Any:
         for key in keys:
-            if key in hostvars and hostvars[key] is not None:
-                return render(hostvars[key])
+            if key in self._vars and self._vars[key] is not None:
+                return self._render(self._vars[key])
         return None
 
-    def text(*keys: str) -> str | None:
-        value = var(*keys)
+    def text(self, *keys: str) -> str | None:
+        value = self.var(*keys)
         return None if value is None or value == "" else str(value)
 
-    def fail(key: str, value: Any, want: str) -> InventoryError:
-        return InventoryError(f"{name}: {key}={value!r} is not {want}")
+    def fail(self, key: str, value: Any, want: str) -> InventoryError:
+        return InventoryError(f"{self.name}: {key}={value!r} is not {want}")
 
-    def converted(key: str, convert: Callable[[str], T], want: str) -> T | None:
-        value = var(key)
+    def converted(self, key: str, convert: Callable[[str], T], want: str) -> T | None:
+        value = self.var(key)
         if value is None or value == "":
             return None
         try:
             return convert(str(value))
         except ValueError:
-            raise fail(key, value, want) from None
+            raise self.fail(key, value, want) from None
 
-    def integer(key: str) -> int | None:
-        return converted(key, int, "an integer")
+    def integer(self, key: str) -> int | None:
+        return self.converted(key, int, "an integer")
 
-    def flag(key: str, default: bool = False) -> bool:
-        value = var(key)
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.var(key)
         if value is None or value == "":
             return default
         from ansible.module_utils.parsing.convert_bool import boolean  # noqa: PLC0415
@@ -193,20 +200,24 @@ def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) 
         try:
             return bool(boolean(value, strict=True))
         except TypeError:
-            raise fail(key, value, "a boolean") from None
+            raise self.fail(key, value, "a boolean") from None
 
-    def read(v: desired.Var) -> Any:
+    def desired(self, v: desired.Var) -> Any:
         """The value of v for Expectations; None leaves the field's default."""
         if v.kind == "int":
-            return integer(v.name)
+            return self.integer(v.name)
         if v.kind == "number":
-            return converted(v.name, float, "a number")
+            return self.converted(v.name, float, "a number")
         if v.kind == "flag":
-            return flag(v.name)
+            return self.flag(v.name)
         if v.kind == "workspaces":
-            return _workspaces(var(v.name), text("pytorch_image_digest"))
-        return text(v.name)
+            return _workspaces(self.var(v.name), self.text("pytorch_image_digest"))
+        return self.text(v.name)
 
+
+def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) -> HostSpec:
+    h = _Vars(name, hostvars, render)
+    var, text, fail, integer, flag = h.var, h.text, h.fail, h.integer, h.flag
     connection = text("ansible_connection") or "ssh"
     if connection in _LOCAL_CONNECTIONS:
         kind = "local"
@@ -267,7 +278,7 @@ def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) 
         become_user=text("ansible_become_user") if become else None,
         groups=groups,
         expect=Expectations(**{v.field: value for v in desired.VARS
-                               if (value := read(v)) is not None}),
+                               if (value := h.desired(v)) is not None}),
     )
 
 
