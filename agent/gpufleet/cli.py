@@ -629,14 +629,12 @@ def _share(text: str) -> float:
 def cmd_node_check(args: argparse.Namespace) -> int:
     import dataclasses  # noqa: PLC0415
 
-    from gpufleet.nodecheck import (  # noqa: PLC0415
-        ExpectError,
-        load_expectations,
+    from gpufleet.engines.slurm.nodecheck import (  # noqa: PLC0415
         node_name,
-        node_spec,
         run_node_check,
         slurm_findings,
     )
+    from gpufleet.inventory import ExpectError, load_expectations, node_spec  # noqa: PLC0415
     from gpufleet.report import Format, exit_code, render, summarize  # noqa: PLC0415
     from gpufleet.rules import sort_findings  # noqa: PLC0415
 
@@ -666,10 +664,10 @@ def cmd_node_check(args: argparse.Namespace) -> int:
 def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
     import dataclasses  # noqa: PLC0415
 
-    from gpufleet.nodecheck import ExpectError, load_expectations  # noqa: PLC0415
+    from gpufleet.engines.slurm.smoke import AllocationError, run_slurm_smoke  # noqa: PLC0415
+    from gpufleet.inventory import ExpectError, load_expectations  # noqa: PLC0415
     from gpufleet.report import Format, exit_code, render, summarize  # noqa: PLC0415
     from gpufleet.rules import evaluate  # noqa: PLC0415
-    from gpufleet.slurm_smoke import AllocationError, run_slurm_smoke  # noqa: PLC0415
 
     if args.inventory:
         raise UsageError("--slurm takes its nodes from the allocation, not from -i")
@@ -707,13 +705,13 @@ def _add_ansible_report(sub: Any) -> None:
 
 
 def cmd_ansible_report(args: argparse.Namespace) -> int:
-    from gpufleet.ansible_results import (  # noqa: PLC0415
+    from gpufleet.engines.ansible import (  # noqa: PLC0415
         AnsibleResultsError,
         expectations,
         load_ansible_results,
         report_from_results,
     )
-    from gpufleet.nodecheck import ExpectError  # noqa: PLC0415
+    from gpufleet.inventory import ExpectError  # noqa: PLC0415
     from gpufleet.report import Format, exit_code, render  # noqa: PLC0415
 
     try:

@@ -10,9 +10,13 @@ import os
 import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
+from gpufleet import desired
 from gpufleet.model import Expectations, HostSpec
+
+T = TypeVar("T")
 
 LOCALHOST = HostSpec(name="localhost", address="localhost", connection="local")
 
@@ -24,6 +28,10 @@ _LOCAL_CONNECTIONS = {"local", "ansible.builtin.local"}
 
 class InventoryError(Exception):
     """The inventory cannot be used; the message is Ansible's own where Ansible produced one."""
+
+
+class ExpectError(Exception):
+    """The expectations file (node-local mode, `--expect`) cannot be used; the message says why."""
 
 
 def load_inventory(sources: Sequence[str] | None, limit: str | None = None) -> list[HostSpec]:
@@ -150,40 +158,41 @@ def _templater(loader: Any, hostvars: Mapping[str, Any]) -> Callable[[Any], Any]
     return render
 
 
-def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) -> HostSpec:
-    def var(*keys: str) -> Any:
+class _Vars:
+    """One host's variables, read as Ansible reads them: templated, "" and None mean unset, a
+    value of the wrong type is an InventoryError naming the host and the variable."""
+
+    def __init__(self, name: str, hostvars: Mapping[str, Any],
+                 render: Callable[[Any], Any]) -> None:
+        self.name, self._vars, self._render = name, hostvars, render
+
+    def var(self, *keys: str) -> Any:
         for key in keys:
-            if key in hostvars and hostvars[key] is not None:
-                return render(hostvars[key])
+            if key in self._vars and self._vars[key] is not None:
+                return self._render(self._vars[key])
         return None
 
-    def text(*keys: str) -> str | None:
-        value = var(*keys)
+    def text(self, *keys: str) -> str | None:
+        value = self.var(*keys)
         return None if value is None or value == "" else str(value)
 
-    def fail(key: str, value: Any, want: str) -> InventoryError:
-        return InventoryError(f"{name}: {key}={value!r} is not {want}")
+    def fail(self, key: str, value: Any, want: str) -> InventoryError:
+        return InventoryError(f"{self.name}: {key}={value!r} is not {want}")
 
-    def integer(key: str) -> int | None:
-        value = var(key)
+    def converted(self, key: str, convert: Callable[[str], T], want: str) -> T | None:
+        value = self.var(key)
         if value is None or value == "":
             return None
         try:
-            return int(str(value))
+            return convert(str(value))
         except ValueError:
-            raise fail(key, value, "an integer") from None
+            raise self.fail(key, value, want) from None
 
-    def number(key: str) -> float | None:
-        value = var(key)
-        if value is None or value == "":
-            return None
-        try:
-            return float(str(value))
-        except ValueError:
-            raise fail(key, value, "a number") from None
+    def integer(self, key: str) -> int | None:
+        return self.converted(key, int, "an integer")
 
-    def flag(key: str, default: bool = False) -> bool:
-        value = var(key)
+    def flag(self, key: str, default: bool = False) -> bool:
+        value = self.var(key)
         if value is None or value == "":
             return default
         from ansible.module_utils.parsing.convert_bool import boolean  # noqa: PLC0415
@@ -191,8 +200,24 @@ def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) 
         try:
             return bool(boolean(value, strict=True))
         except TypeError:
-            raise fail(key, value, "a boolean") from None
+            raise self.fail(key, value, "a boolean") from None
 
+    def desired(self, v: desired.Var) -> Any:
+        """The value of v for Expectations; None leaves the field's default."""
+        if v.kind == "int":
+            return self.integer(v.name)
+        if v.kind == "number":
+            return self.converted(v.name, float, "a number")
+        if v.kind == "flag":
+            return self.flag(v.name)
+        if v.kind == "workspaces":
+            return _workspaces(self.var(v.name), self.text("pytorch_image_digest"))
+        return self.text(v.name)
+
+
+def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) -> HostSpec:
+    h = _Vars(name, hostvars, render)
+    var, text, fail, integer, flag = h.var, h.text, h.fail, h.integer, h.flag
     connection = text("ansible_connection") or "ssh"
     if connection in _LOCAL_CONNECTIONS:
         kind = "local"
@@ -252,26 +277,8 @@ def _spec(name: str, hostvars: Mapping[str, Any], render: Callable[[Any], Any]) 
         become=become,
         become_user=text("ansible_become_user") if become else None,
         groups=groups,
-        expect=Expectations(
-            driver_version=text("nvidia_driver_version"),
-            driver_branch=text("nvidia_driver_branch"),
-            kernel_modules=text("nvidia_driver_kernel_modules"),
-            toolkit_version=text("nvidia_container_toolkit_version"),
-            container_engine=text("container_runtime_engine"),
-            pytorch_image=text("pytorch_image"),
-            pytorch_image_digest=text("pytorch_image_digest"),
-            gpu_count=integer("gpufleet_expected_gpu_count"),
-            smoke_runtime=text("gpufleet_smoke_runtime"),
-            smoke_python=text("gpufleet_smoke_python") or "python3",
-            min_busbw_gbps=number("gpufleet_min_busbw_gbps"),
-            mig_expected=flag("gpufleet_mig_expected"),
-            smoke_address=text("gpufleet_smoke_address"),
-            smoke_interface=text("gpufleet_smoke_interface"),
-            domain=text("gpufleet_domain"),
-            multinode_min_busbw_gbps=number("gpufleet_multinode_min_busbw_gbps"),
-            slurm_node=text("gpufleet_slurm_node"),
-            workspaces=_workspaces(var("pytorch_workspaces"), text("pytorch_image_digest")),
-        ),
+        expect=Expectations(**{v.field: value for v in desired.VARS
+                               if (value := h.desired(v)) is not None}),
     )
 
 
@@ -374,3 +381,38 @@ def spec_from_vars(name: str, variables: Mapping[str, Any]) -> HostSpec:
     """A HostSpec from plain variables (no templating), read exactly as hostvars are: used by
     node-local mode, whose expectations file the roles render from the same variables."""
     return _spec(name, variables, lambda value: value)
+
+
+def load_expectations(path: Path | None) -> dict[str, Any]:
+    """The variables in an expectations file (a YAML or JSON mapping of desired-state variables,
+    gpufleet.desired.NAMES); {} without a file."""
+    if path is None:
+        return {}
+    import yaml  # type: ignore[import-untyped]  # noqa: PLC0415  # ansible dependency
+
+    from gpufleet.files import FileError, read_parsed  # noqa: PLC0415
+
+    try:
+        data = read_parsed(path, yaml.safe_load, "YAML", (yaml.YAMLError,))
+    except FileError as exc:
+        raise ExpectError(str(exc)) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ExpectError(f"{path} must be a mapping of inventory variables, not "
+                          f"{type(data).__name__}")
+    unknown = sorted(str(k) for k in data if k not in desired.NAMES)
+    if unknown:
+        raise ExpectError(f"{path}: unknown variable(s) {', '.join(unknown)} (known: "
+                          f"{', '.join(sorted(desired.NAMES))})")
+    return {str(k): v for k, v in data.items()}
+
+
+def node_spec(name: str, variables: Mapping[str, Any]) -> HostSpec:
+    """This node as a local host with the expectations of `variables` (read as hostvars are
+    read, so a value means the same in both places): node-check, the Slurm smoke, the
+    Ansible/AWX path."""
+    try:
+        return spec_from_vars(name, {**variables, "ansible_connection": "local"})
+    except InventoryError as exc:
+        raise ExpectError(str(exc)) from exc

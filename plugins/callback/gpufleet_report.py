@@ -72,7 +72,7 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_stats(self, stats):
         if not self._results:
             return
-        from gpufleet.ansible_results import (  # noqa: PLC0415
+        from gpufleet.engines.ansible import (  # noqa: PLC0415
             report_from_results,
             results_from_mapping,
         )

@@ -19,7 +19,10 @@ version_added: 0.1.0
 author: gpufleet maintainers
 options:
   timeout:
-    description: Seconds for the probe; each tool on the host gets a sixth of it (1 to 10 s).
+    description:
+      - Seconds for the probe; each tool on the host gets a sixth of it (1 to 10 s).
+      - Enforced on the host with C(timeout) (TERM, then KILL 5 s later); a host without
+        C(timeout) runs the probe unbounded and the task's own C(timeout) keyword is the limit.
     type: float
     default: 60
 attributes:
@@ -48,7 +51,9 @@ ansible_facts:
   returned: success
   type: dict
 gpufleet_expect:
-  description: The host's desired-state variables the rules compare against.
+  description:
+    - The host's desired-state variables the rules compare against (gpufleet.desired).
+    - Each C(pytorch_workspaces) item keeps only name, state and image_digest, never a token.
   returned: success
   type: dict
 """

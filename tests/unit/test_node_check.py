@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from test_profiles import PROFILES  # built from the overlays, as the fleet does at start
 
-from gpufleet.ansible_results import facts_from_json
+from gpufleet.engines.ansible import facts_from_json
 from gpufleet.model import to_jsonable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,3 +107,14 @@ def test_facts_json_decodes_back_to_the_same_facts(path: Path) -> None:
     assert isinstance(facts.gpus, tuple)
     if facts.fabric is not None and facts.fabric.gpu_states:
         assert all(isinstance(k, int) for k in facts.fabric.gpu_states)
+
+
+def test_declared_workspace_not_running_is_gf808(tmp_path: Path) -> None:
+    """Failed on main: the expectations file refused pytorch_workspaces, so GF808 never fired."""
+    expect = tmp_path / "expect.yml"
+    expect.write_text("pytorch_image_digest: 'sha256:" + "b" * 64 + "'\n"
+                      "pytorch_workspaces:\n  - {name: lab, image_digest: 'sha256:" + "a" * 64
+                      + "'}\n")
+    proc, _, _ = node_check("h200x2", "--node", "n1", "--expect", str(expect), "--format", "json")
+    gf808 = [f for f in _doc(proc)["findings"] if f["rule"] == "GF808"]
+    assert [f["evidence"]["workspace"] for f in gf808] == ["lab"], proc.stderr

@@ -25,8 +25,8 @@ from gpufleet.model import (
     SmokeResult,
     XidEvent,
 )
-from gpufleet.nodecheck import SLURM_RULES
 from gpufleet.rules import RULES, evaluate
+from gpufleet.rules.slurm import RULES as SLURM_RULES
 
 DRV_OTHER = DriverInfo(version="580.95.05", kernel_module_version="580.95.05",
                        kernel_module_flavor="open", cuda_version="13.0")
@@ -219,10 +219,10 @@ CASES.update({
 def test_every_rule_has_a_firing_case() -> None:
     # History rules fire against saved runs: tests/unit/test_history.py.
     # GF9xx record what node-check did in Slurm (tests/unit/test_slurm_plan.py fires them).
-    assert set(CASES) == set(RULES) - set(HISTORY_RULES) - SLURM_RULES
+    assert set(CASES) == set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
 
 
-@pytest.mark.parametrize("rule", sorted(set(RULES) - set(HISTORY_RULES) - SLURM_RULES))
+@pytest.mark.parametrize("rule", sorted(set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)))
 def test_rule_fires(rule: str) -> None:
     build, host = CASES[rule]
     found = [f for f in evaluate(build(), now=NOW) if f.rule == rule]

@@ -1,5 +1,6 @@
-"""gpufleet.slurm's pure parts: sinfo parsing, the drain reason, the plan and the circuit breaker
-(including health checks racing on every node at once), with a recorded command runner."""
+"""gpufleet.engines.slurm.drain's pure parts: sinfo parsing, the drain reason, the plan and the
+circuit breaker (including health checks racing on every node at once), with a recorded command
+runner."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from gpufleet import nodecheck, slurm
-from gpufleet.model import Finding
-from gpufleet.slurm import (
+from gpufleet.engines.slurm import drain as slurm
+from gpufleet.engines.slurm import nodecheck
+from gpufleet.engines.slurm.drain import (
     NodeState,
     SlurmNode,
     breaker_limit,
@@ -23,6 +24,8 @@ from gpufleet.slurm import (
     parse_sinfo,
     plan,
 )
+from gpufleet.model import Finding
+from gpufleet.rules import slurm as slurm_rules
 
 NOW = dt.datetime(2026, 11, 30, 10, 0, 0)
 SINFO = """\
@@ -261,6 +264,6 @@ def test_every_slurm_outcome_is_a_finding_with_a_filled_remediation(
     found = nodecheck.slurm_findings("node1", findings, fail_on="error", share=0.5,
                                      window_s=3600)
     assert [f.rule for f in found] == [rule]
-    assert rule in nodecheck.SLURM_RULES
+    assert rule in slurm_rules.RULES
     assert found[0].hosts == ("node1",) and found[0].message
     assert "?" not in found[0].remediation and "node1" in found[0].remediation

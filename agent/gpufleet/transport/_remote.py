@@ -1,4 +1,5 @@
-"""The shell text both transports send: one place that quotes and wraps a command."""
+"""The shell text the transports send: one place that quotes and wraps a command, and the
+`cat > "$1"` put for transports without a file channel."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import math
 import shlex
 import threading
 from collections.abc import Mapping, Sequence
+
+from gpufleet.transport.base import Transport, TransportError
 
 PGID_MARKER = b"gpufleet-pgid="
 
@@ -89,3 +92,15 @@ def split_marker(stderr: bytes) -> tuple[Group | None, bytes]:
     except (ValueError, IndexError):
         return None, stderr
     return (pgid, sid), stderr[:start] + stderr[end + 1:]
+
+
+def put_by_shell(transport: Transport, data: bytes, remote_path: str, mode: int, *,
+                 via: str = "") -> None:
+    """Write data to remote_path through the transport's own run(): `cat` from stdin, then
+    chmod (for hosts without sftp, and for transports that only run commands). The path and
+    mode travel as arguments, never as shell text."""
+    result = transport.run(["sh", "-c", 'cat > "$1" && chmod "$2" "$1"', "sh", remote_path,
+                            f"{mode:o}"], timeout=max(60.0, len(data) / 1e6), stdin=data)
+    if result.rc != 0:
+        raise TransportError("error", f"{transport.name}: cannot write {remote_path}{via}: "
+                             f"{result.stderr.strip()[:300]}")

@@ -522,7 +522,7 @@ class SshTransport(Transport):
     def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
         if self._spec.become:
             # The become user made (and owns) the directory: SFTP would write as the login user.
-            self._put_by_shell(data, remote_path, mode)
+            _remote.put_by_shell(self, data, remote_path, mode)
             return
         try:
             if self._sftp is None:
@@ -548,14 +548,7 @@ class SshTransport(Transport):
                                  ) from exc
         except (paramiko.SSHException, EOFError):
             pass  # no sftp subsystem: fall back to cat
-        self._put_by_shell(data, remote_path, mode)
-
-    def _put_by_shell(self, data: bytes, remote_path: str, mode: int) -> None:
-        result = self.run(["sh", "-c", 'cat > "$1" && chmod "$2" "$1"', "sh", remote_path,
-                           f"{mode:o}"], timeout=max(60.0, len(data) / 1e6), stdin=data)
-        if result.rc != 0:
-            raise TransportError("error", f"{self.name}: cannot write {remote_path}: "
-                                 f"{result.stderr.strip()}")
+        _remote.put_by_shell(self, data, remote_path, mode)
 
     def close(self) -> None:
         if self._sftp is not None:

@@ -3,59 +3,26 @@
 The allocation says everything: SLURM_JOB_ID and SLURM_JOB_NODELIST name the nodes (in Slurm's
 order, expanded by `scontrol show hostnames`), `sinfo` gives each node's NodeAddr, and the first
 node is the rendezvous store host (torchrun c10d on its NodeAddr). Every command the smoke runner
-would send over SSH goes through `srun --overlap -N1 -n1 -w NODE` instead (SrunTransport), so the
-same script runs with the same checks and comes back as the same JSON.
+would send over SSH goes through `srun --overlap -N1 -n1 -w NODE` instead (transport/srun.py), so
+the same script runs with the same checks and comes back as the same JSON.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from gpufleet import probes
 from gpufleet.fanout import fan_out
-from gpufleet.model import CommandResult, HostResult, HostSpec, SmokeResult
-from gpufleet.transport.base import Transport, TransportError
-from gpufleet.transport.local import LocalTransport
+from gpufleet.inventory import node_spec
+from gpufleet.model import HostResult, HostSpec, SmokeResult
+from gpufleet.transport.srun import SrunTransport
 
 
 class AllocationError(Exception):
     """Not inside a usable Slurm allocation; the message says why."""
-
-
-class SrunTransport(Transport):
-    """One allocated node: each command is a job step on it (`srun --overlap`, one task)."""
-
-    def __init__(self, spec: HostSpec, job_id: str) -> None:
-        self.name = spec.name
-        self._job = job_id
-        self._local = LocalTransport(HostSpec(name=spec.name, address="localhost",
-                                              connection="local"))
-
-    def _prefix(self) -> list[str]:
-        # --overlap: the smoke steps share the allocation's CPUs with each other; --quiet: only
-        # the command's own output comes back; --kill-on-bad-exit: a dead rank ends the step.
-        return ["srun", f"--jobid={self._job}", "--overlap", "--nodes=1", "--ntasks=1",
-                f"--nodelist={self.name}", "--quiet", "--kill-on-bad-exit=1", "--"]
-
-    def run(self, argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
-            env: Mapping[str, str] | None = None) -> CommandResult:
-        full = self._prefix()
-        if env:
-            full += ["env", *(f"{k}={v}" for k, v in env.items())]
-        return self._local.run([*full, *argv], timeout=timeout, stdin=stdin)
-
-    def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        res = self.run(["sh", "-c", 'cat > "$1" && chmod "$2" "$1"', "sh", remote_path,
-                        f"{mode:o}"], timeout=60, stdin=data)
-        if res.rc != 0:
-            raise TransportError("error", f"{self.name}: cannot write {remote_path} through "
-                                 f"srun: {res.stderr.strip()[:300]}")
-
-    def close(self) -> None:
-        self._local.close()
 
 
 def allocation(environ: Mapping[str, str] | None = None) -> tuple[str, list[tuple[str, str]]]:
@@ -66,7 +33,7 @@ def allocation(environ: Mapping[str, str] | None = None) -> tuple[str, list[tupl
     if not job or not nodelist:
         raise AllocationError("--slurm needs a Slurm allocation: run it under salloc/sbatch "
                               "(SLURM_JOB_ID and SLURM_JOB_NODELIST are not set)")
-    from gpufleet.slurm import SlurmError, run_command  # noqa: PLC0415
+    from gpufleet.engines.slurm.drain import SlurmError, run_command  # noqa: PLC0415
 
     try:
         names = run_command(["scontrol", "show", "hostnames", nodelist])
@@ -91,7 +58,6 @@ def run_slurm_smoke(
     environ: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, HostResult], dict[str, HostSpec]]:
     """Facts of every allocated node, then one smoke world over all of them."""
-    from gpufleet.nodecheck import node_spec  # noqa: PLC0415
     from gpufleet.smoke import runner  # noqa: PLC0415
 
     job, nodes = allocation(environ)

@@ -162,34 +162,37 @@ def expectations(path: Path) -> dict[str, dict[str, Any]]:
         if isinstance(res, Mapping) and isinstance(res.get("gpufleet_expect"), Mapping):
             found[str(host)] = dict(res["gpufleet_expect"])
 
-    for doc in _documents(path):
+    for name, doc in _documents(path):
         if isinstance(doc, Mapping) and "event" in doc:
             data = doc.get("event_data") or {}
             take(data.get("host"), data.get("res"))
+        elif name is not None:  # ansible -t DIR: one file per host, named by the host
+            take(name, doc)
         elif isinstance(doc, Mapping):
             for host, res in doc.get("hosts", doc).items():
                 take(host, res)
     return found
 
 
-def _documents(path: Path) -> list[Any]:
+def _documents(path: Path) -> list[tuple[str | None, Any]]:
+    """(file name in a directory, else None; its JSON) for each document at path."""
     try:
         if path.is_dir():
-            return [json.loads(p.read_text(encoding="utf-8"))
+            return [(p.name, json.loads(p.read_text(encoding="utf-8")))
                     for p in sorted(path.rglob("*")) if p.is_file()]
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     if isinstance(doc, Mapping) and isinstance(doc.get("results"), list):
-        return list(doc["results"])
-    return list(doc) if isinstance(doc, list) else [doc]
+        return [(None, d) for d in doc["results"]]
+    return [(None, d) for d in doc] if isinstance(doc, list) else [(None, doc)]
 
 
 def report_from_results(results: Mapping[str, HostResult], *, generated_at: str,
                         expect: Mapping[str, Mapping[str, Any]] | None = None) -> Report:
     """The gpufleet report (findings and summary) over results gathered by Ansible; `expect`
     gives each host's desired-state variables (gpu_facts returns them as gpufleet_expect)."""
-    from gpufleet.nodecheck import node_spec  # noqa: PLC0415
+    from gpufleet.inventory import node_spec  # noqa: PLC0415
     from gpufleet.report import summarize  # noqa: PLC0415
     from gpufleet.rules import evaluate  # noqa: PLC0415
 

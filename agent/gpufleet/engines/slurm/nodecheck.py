@@ -1,0 +1,53 @@
+"""Node-local mode: this node checks itself (local transport), e.g. as Slurm's HealthCheckProgram.
+
+Expectations come from a file the roles render (`--expect`, the desired-state variables of
+gpufleet.desired, read by inventory.load_expectations/node_spec exactly as hostvars are); without
+one only the rules that need neither expectations nor peers can fire. With `--slurm-drain` the
+verdict drains or resumes this node in Slurm (engines/slurm/drain.py decides, with its circuit
+breaker; rules/slurm.py names the outcome, GF901-GF905).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from collections.abc import Mapping
+
+from gpufleet.model import Finding, HostSpec, Report
+
+
+def node_name(explicit: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """Slurm's name for this node: $SLURMD_NODENAME, else --node, else the hostname."""
+    env = os.environ if environ is None else environ
+    return env.get("SLURMD_NODENAME") or explicit or socket.gethostname().split(".")[0]
+
+
+def slurm_findings(node: str, findings: tuple[Finding, ...], *, fail_on: str, share: float,
+                   window_s: float) -> list[Finding]:
+    """Apply the verdict to Slurm (drain/keep/resume/leave) and say what happened as findings."""
+    from gpufleet.engines.slurm.drain import SlurmNode, drain_reason, plan_evidence  # noqa: PLC0415
+    from gpufleet.rules import slurm as slurm_rules  # noqa: PLC0415
+
+    p = SlurmNode(node).apply(drain_reason(findings, fail_on), share=share, window_s=window_s)
+    return slurm_rules.findings(node, p.action, p.detail, plan_evidence(p), share=share)
+
+
+def run_node_check(
+    spec: HostSpec,
+    *,
+    level: str,
+    timeout: float,
+    smoke_timeout: float,
+    force: bool,
+    generated_at: str,
+) -> Report:
+    """Facts (and at level quick the smoke test) of this machine, judged by the rules."""
+    from gpufleet.fleet import run_check  # noqa: PLC0415
+    from gpufleet.rules import evaluate  # noqa: PLC0415
+
+    results = run_check([spec], level=level, force=force, forks=1, probe_timeout=timeout,
+                        smoke_timeout=smoke_timeout, progress=False, smoke_without_gpu=False)
+    report = Report(hosts=results, specs={spec.name: spec}, generated_at=generated_at,
+                    level=level)
+    return dataclasses.replace(report, findings=evaluate(report))
