@@ -452,7 +452,7 @@ def _document_findings(findings: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 def inert(value: object) -> str:
-    from gpufleet.report.sanitize import text  # noqa: PLC0415
+    from gpufleet.redact import text  # noqa: PLC0415
 
     return text(value)
 

@@ -13,9 +13,9 @@ from importlib import resources
 from typing import Any
 
 from gpufleet.model import Report
-from gpufleet.report import html, jsonfmt, junit, markdown, page, prometheus, sanitize, table
+from gpufleet.redact import clean, redact
+from gpufleet.report import html, jsonfmt, junit, markdown, page, prometheus, table
 from gpufleet.report.common import document, exit_code, summarize, summarize_doc
-from gpufleet.report.sanitize import redact
 
 __all__ = ["Format", "document", "exit_code", "json_schema", "redact", "render", "render_doc",
            "summarize"]
@@ -35,7 +35,7 @@ def render_doc(doc: Mapping[str, Any], fmt: Format | str, *, color: bool = False
                width: int = 120) -> str:
     """Render a report JSON document (e.g. one read back from `--format json` output)."""
     fmt = Format(fmt)
-    doc = sanitize.clean(dict(doc))  # a document read back from disk is host data too
+    doc = clean(dict(doc))  # a document read back from disk is host data too
     if not doc.get("summary"):
         doc = {**doc, "summary": summarize_doc(doc)}
     if fmt is Format.table:

@@ -11,16 +11,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet.model import SEVERITY_ORDER, Finding, Report, to_jsonable
-from gpufleet.report import sanitize
+from gpufleet.redact import clean, number
 
 STATUSES = ("ok", "unreachable", "auth_failed", "hostkey_mismatch", "timeout", "busy", "error")
 SEVERITIES = ("error", "warning", "info")
 
 Doc = dict[str, Any]
-
-def _clean(obj: Any) -> Any:
-    return sanitize.clean(obj)
-
 
 def summarize(report: Report) -> dict[str, Any]:
     """Counts by host status and finding severity (Report.summary)."""
@@ -55,7 +51,7 @@ def document(report: Report) -> Doc:
         raw["summary"] = summarize_doc(raw)
     order = ("schema", "generated_at", "level", "hosts", "findings", "summary")
     doc = {k: raw[k] for k in order} | {k: v for k, v in raw.items() if k not in order}
-    cleaned: Doc = _clean(doc)
+    cleaned: Doc = clean(doc)
     return cleaned
 
 
@@ -132,7 +128,7 @@ def host_worst(doc: Mapping[str, Any]) -> dict[str, str | None]:
 
 def busbw_largest(hdoc: Mapping[str, Any]) -> tuple[int, float] | None:
     raw = (hdoc.get("smoke") or {}).get("busbw_gbps") or {}
-    numbers = {int(k): sanitize.number(v) for k, v in raw.items() if str(k).isdigit()}
+    numbers = {int(k): number(v) for k, v in raw.items() if str(k).isdigit()}
     bw = {k: v for k, v in numbers.items() if v is not None}
     if not bw:
         return None

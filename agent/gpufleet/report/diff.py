@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpufleet.redact import clean
 from gpufleet.report.common import (
     SEVERITIES,
     busbw_largest,
@@ -16,7 +17,6 @@ from gpufleet.report.common import (
     summarize_doc,
     versions,
 )
-from gpufleet.report.sanitize import clean
 
 # busbw changes smaller than this fraction are run-to-run noise.
 BUSBW_CHANGE = 0.10

@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from gpufleet.redact import clean, xml_text
 from gpufleet.report.common import family_of
-from gpufleet.report.sanitize import clean, xml_text
 from gpufleet.report.wording import row_message
 from gpufleet.rules import FAMILIES
 

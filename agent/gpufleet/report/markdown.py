@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpufleet.redact import markdown
 from gpufleet.report.common import (
     SEVERITIES,
     busbw_largest,
@@ -13,7 +14,6 @@ from gpufleet.report.common import (
     summary_line,
     versions,
 )
-from gpufleet.report.sanitize import markdown
 from gpufleet.report.wording import row_message
 
 

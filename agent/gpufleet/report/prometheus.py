@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from gpufleet.redact import number
 from gpufleet.report.common import SEVERITIES, versions
-from gpufleet.report.sanitize import number
 
 
 class _ReportCollector(Collector):
