@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import io
 import json
 import os
 import shutil
 import signal
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpufleet import __version__
-from gpufleet.model import Facts, HostResult, HostSpec, Report
+from gpufleet.model import HostResult, HostSpec, Report
+from gpufleet.report import facts_table
 from gpufleet.smoke import levels as smoke_levels
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -412,7 +411,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from gpufleet.history import RunStore, StoreError, drift_findings, history_section  # noqa: PLC0415
-    from gpufleet.history.text import render_history  # noqa: PLC0415
+    from gpufleet.report.history_text import render_history  # noqa: PLC0415
 
     if args.store is None:
         raise UsageError("history: say where the runs are: --store DIR (or $GPUFLEET_STORE)")
@@ -484,97 +483,6 @@ def cmd_localize(args: argparse.Namespace) -> int:
         text = table(doc, color=tty, width=shutil.get_terminal_size().columns if tty else 120)
     _emit(text, args.output)
     return EXIT_OK if run.search.outcome == "all_good" else EXIT_FINDINGS
-
-
-# --------------------------------------------------------------------------- facts output
-
-
-def _facts_summary(results: Mapping[str, HostResult]) -> dict[str, Any]:
-    statuses = Counter(r.status for r in results.values())
-    gpus = sum(r.facts.gpu_count for r in results.values() if r.facts is not None)
-    return {
-        "hosts": len(results),
-        "status": dict(sorted(statuses.items())),
-        "gpus": gpus,
-        "healthy": statuses.get("ok", 0) == len(results),
-    }
-
-
-def _gpus_cell(facts: Facts) -> str:
-    if not facts.gpus:
-        return "none"
-    models = Counter(g.name or "unknown" for g in facts.gpus)
-    return ", ".join(f"{n}x {m}" for m, n in models.items())
-
-
-def _driver_cell(facts: Facts) -> str:
-    user, kmod = facts.driver.version, facts.driver.kernel_module_version
-    if user and kmod and user != kmod:
-        return f"{user} (module {kmod})"
-    return user or kmod or "-"
-
-
-def _problems(result: HostResult) -> str:
-    if result.error:
-        return result.error
-    if result.facts is None:
-        return ""
-    return "; ".join(f"{family}: {reason}" for family, reason in result.facts.errors.items())
-
-
-def facts_table(results: Mapping[str, HostResult], *, color: bool = False,
-                width: int = 160) -> str:
-    from rich import box  # noqa: PLC0415
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-    from rich.text import Text  # noqa: PLC0415
-
-    def cell(value: object) -> Text:  # host data: no markup, no escapes, no secrets
-        return Text(inert(value))
-
-    out = io.StringIO()
-    console = Console(file=out, width=width, force_terminal=color, no_color=not color,
-                      color_system="standard" if color else None, highlight=False, emoji=False)
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in ("host", "status", "OS", "kernel", "driver", "CUDA", "GPUs", "toolkit",
-                   "docker", "NCCL"):
-        table.add_column(column, no_wrap=True, overflow="ellipsis")
-    for name, result in results.items():
-        status = Text(result.status, style="green" if result.status == "ok" else "bold red")
-        f = result.facts
-        if f is None:
-            table.add_row(cell(name), status, *["-"] * 8)
-            continue
-        table.add_row(
-            cell(name), status, *map(cell, (
-                " ".join(filter(None, (f.os.id, f.os.version_id))) or "-",
-                f.os.kernel or "-",
-                _driver_cell(f),
-                f.driver.cuda_version or "-",
-                _gpus_cell(f),
-                f.toolkit_version or "-",
-                f.docker.server_version if f.docker and f.docker.server_version else "-",
-                f.nccl_system_version or "-",
-            )),
-        )
-    summary = _facts_summary(results)
-    not_ok = {s: n for s, n in summary["status"].items() if s != "ok"}
-    line = f"{summary['hosts']} host(s), {summary['gpus']} GPU(s)"
-    if not_ok:
-        line += ", " + ", ".join(f"{n} {s}" for s, n in not_ok.items())
-    console.print(Text(line, style="bold green" if summary["healthy"] else "bold red"))
-    console.print(table)
-    # Problems under the table, in full: a wrapped table cell would cut fingerprints apart.
-    problems = [(name, _problems(r)) for name, r in results.items() if _problems(r)]
-    if problems:
-        console.print(Text("problems", style="bold"))
-    for name, text in problems:
-        entry = Text(f"  {inert(name)}: ",
-                     style="bold red" if results[name].status != "ok" else "yellow")
-        entry.append(inert(text))
-        console.print(entry)
-    # rich pads every cell; trailing blanks only get in the way of diffs and golden files.
-    return "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
 
 
 # --------------------------------------------------------------------------- node-local mode

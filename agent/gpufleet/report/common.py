@@ -10,11 +10,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.model import SEVERITY_ORDER, Finding, Report, to_jsonable
+from gpufleet.model import HOST_STATUSES, SEVERITIES, SEVERITY_ORDER, Finding, Report, to_jsonable
 from gpufleet.redact import clean, number
-
-STATUSES = ("ok", "unreachable", "auth_failed", "hostkey_mismatch", "timeout", "busy", "error")
-SEVERITIES = ("error", "warning", "info")
 
 Doc = dict[str, Any]
 
@@ -36,7 +33,7 @@ def summarize_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
     worst = max(sev, key=lambda s: SEVERITY_ORDER[s]) if sev else None
     return {
         "hosts": len(hosts),
-        "status": {s: status.get(s, 0) for s in STATUSES},
+        "status": {s: status.get(s, 0) for s in HOST_STATUSES},
         "findings": {s: sev.get(s, 0) for s in SEVERITIES},
         "hosts_with": {s: sum(1 for w in worst_of.values() if w == s) for s in SEVERITIES},
         "worst": worst,
@@ -134,13 +131,6 @@ def busbw_largest(hdoc: Mapping[str, Any]) -> tuple[int, float] | None:
         return None
     size = max(bw)
     return size, bw[size]
-
-
-def fmt_bytes(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div} {unit}"
-    return f"{n} B"
 
 
 def summary_line(doc: Mapping[str, Any]) -> str:
