@@ -21,6 +21,7 @@ from test_rules_builders import NOW, fleet, gpu
 
 from gpufleet import cli
 from gpufleet import fleet as fleet_mod
+from gpufleet.cli.output import Output
 from gpufleet.inventory import load_inventory
 from gpufleet.model import (
     CommandResult,
@@ -147,7 +148,7 @@ def test_9_output_file_never_follows_a_planted_temp_symlink(tmp_path: Path) -> N
     victim.write_text("precious\n")
     out = tmp_path / "report.prom"
     (tmp_path / f".{out.name}.tmp").symlink_to(victim)  # the old fixed temp name
-    cli._emit("report\n", out)
+    Output(out).write("report\n")
     assert out.read_text() == "report\n"
     assert victim.read_text() == "precious\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [f".{out.name}.tmp"]
@@ -167,7 +168,7 @@ def test_9_concurrent_writers_each_use_their_own_temp_file(tmp_path: Path,
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", slow_replace)
-    threads = [threading.Thread(target=cli._emit, args=(f"run {i}\n", out)) for i in range(2)]
+    threads = [threading.Thread(target=Output(out).write, args=(f"run {i}\n",)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
