@@ -104,8 +104,13 @@ def test_schema_rejects_a_bad_finding(report: Report) -> None:
         validator.validate(doc)
 
 
-def test_schema_published_in_docs_is_the_packaged_one() -> None:
-    assert (REPO / "docs" / "schema" / "report-v1.json").read_text() == SCHEMA.read_text()
+def test_the_packaged_schema_is_the_only_copy_and_the_docs_link_to_it() -> None:
+    copies = []
+    for top, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "dist")]
+        copies += [Path(top, f).relative_to(REPO) for f in files if f == "report-v1.json"]
+    assert copies == [SCHEMA.relative_to(REPO)], copies
+    assert "(../agent/gpufleet/schema/report-v1.json)" in (REPO / "docs" / "report.md").read_text()
     assert json_schema() == json.loads(SCHEMA.read_text())
 
 

@@ -1,4 +1,4 @@
-"""The versioned JSON report (schema gpufleet.report/v1, docs/schema/report-v1.json)."""
+"""The versioned JSON report (schema gpufleet.report/v1, gpufleet/schema/report-v1.json)."""
 
 from __future__ import annotations
 
