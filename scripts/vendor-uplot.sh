@@ -2,7 +2,7 @@
 # Refresh the uPlot files the HTML report inlines, from the npm package (npm checks its integrity).
 set -euo pipefail
 version=${1:?usage: vendor-uplot.sh VERSION}
-dest="$(cd "$(dirname "$0")/.." && pwd)/agent/gpufleet/report/page/vendor"
+dest="$(cd "$(dirname "$0")/.." && pwd)/agent/gpufleet/report/html/vendor"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 (cd "$tmp" && npm pack --silent "uplot@$version" >/dev/null && tar xzf "uplot-$version.tgz")

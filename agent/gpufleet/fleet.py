@@ -15,7 +15,7 @@ from pathlib import Path
 from gpufleet import probes
 from gpufleet.fanout import fan_out
 from gpufleet.model import CommandResult, Facts, HostResult, HostSpec, SmokeResult
-from gpufleet.report.sanitize import redact
+from gpufleet.redact import redact
 from gpufleet.transport import Transport, TransportError, connect
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -20,7 +21,19 @@ HostStatus = Literal[
     "ok", "unreachable", "auth_failed", "hostkey_mismatch", "timeout", "busy", "error"
 ]
 Severity = Literal["error", "warning", "info"]
-SEVERITY_ORDER: Mapping[str, int] = {"info": 0, "warning": 1, "error": 2}
+# The tuples are the Literals' own members, worst first: summaries, renderers and --fail-on's
+# choices list them in this order.
+HOST_STATUSES: tuple[str, ...] = typing.get_args(HostStatus)
+SEVERITIES: tuple[str, ...] = typing.get_args(Severity)
+SEVERITY_ORDER: Mapping[str, int] = {s: n for n, s in enumerate(reversed(SEVERITIES))}
+
+
+def fmt_bytes(n: int) -> str:
+    """A message size as people write it: "4 GiB", "512 KiB", else bytes ("1536 B")."""
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div} {unit}"
+    return f"{n} B"
 
 
 # --------------------------------------------------------------------------- inventory

@@ -21,6 +21,7 @@ from test_rules_builders import NOW, fleet, gpu
 
 from gpufleet import cli
 from gpufleet import fleet as fleet_mod
+from gpufleet.cli.output import Output
 from gpufleet.inventory import load_inventory
 from gpufleet.model import (
     CommandResult,
@@ -33,7 +34,7 @@ from gpufleet.model import (
 )
 from gpufleet.probes.gpus import parse_query_gpu_csv
 from gpufleet.probes.topology import parse_nvlink_status
-from gpufleet.report import Format, document, redact, render, render_doc
+from gpufleet.report import Format, document, facts_table, redact, render, render_doc
 from gpufleet.report.diff import diff_reports
 from gpufleet.rules import evaluate
 from gpufleet.smoke import runner, smoke_ddp
@@ -147,7 +148,7 @@ def test_9_output_file_never_follows_a_planted_temp_symlink(tmp_path: Path) -> N
     victim.write_text("precious\n")
     out = tmp_path / "report.prom"
     (tmp_path / f".{out.name}.tmp").symlink_to(victim)  # the old fixed temp name
-    cli._emit("report\n", out)
+    Output(out).write("report\n")
     assert out.read_text() == "report\n"
     assert victim.read_text() == "precious\n"
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == [f".{out.name}.tmp"]
@@ -167,7 +168,7 @@ def test_9_concurrent_writers_each_use_their_own_temp_file(tmp_path: Path,
         real_replace(src, dst)
 
     monkeypatch.setattr(os, "replace", slow_replace)
-    threads = [threading.Thread(target=cli._emit, args=(f"run {i}\n", out)) for i in range(2)]
+    threads = [threading.Thread(target=Output(out).write, args=(f"run {i}\n",)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
@@ -190,7 +191,7 @@ def test_10_save_raw_names_are_unique_and_reversible() -> None:
 def test_11_markup_and_escapes_in_facts_table_are_inert_text() -> None:
     results = {"gpu1": _facts_result(version=MARKUP + OSC52, cuda_version=LINK)}
     for color in (False, True):
-        text = cli.facts_table(results, color=color)
+        text = facts_table(results, color=color)
         assert MARKUP in text and "[link=https://evil.example]" in text
         assert "\x1b]" not in text and "\x07" not in text  # no OSC (52 clipboard, 8 hyperlink)
 
@@ -244,7 +245,7 @@ def test_14_facts_table_redacts_what_json_redacts() -> None:
     err = ("docker: Error response from daemon: Get "
            "https://deploy:s3cr3t-pw@registry.example/v2/: unauthorized")
     facts = Facts(driver=DriverInfo(version="580.159.04"), errors={"docker": err})
-    text = cli.facts_table({"gpu1": HostResult(name="gpu1", status="ok", facts=facts)})
+    text = facts_table({"gpu1": HostResult(name="gpu1", status="ok", facts=facts)})
     assert "s3cr3t-pw" not in text and "registry.example" in text
     assert "s3cr3t-pw" not in json.dumps(document(fleet({"gpu01": {"facts": {"errors": {
         "docker": err}}}})))

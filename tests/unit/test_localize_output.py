@@ -122,7 +122,7 @@ def run() -> LocalizeRun:
 
 def test_section_validates_and_names_the_evidence(run: LocalizeRun) -> None:
     loc = section(run)
-    schema = json.loads((REPO / "docs/schema/report-v1.json").read_text())
+    schema = json.loads((REPO / "agent/gpufleet/schema/report-v1.json").read_text())
     jsonschema.Draft202012Validator(
         {**schema["$defs"]["localize"], "$defs": schema["$defs"]}).validate(loc)
     assert loc["outcome"] == "suspects" and loc["worlds_run"] == len(loc["worlds"])

@@ -32,6 +32,7 @@ from gpufleet.report import (
     render_doc,
     summarize,
 )
+from gpufleet.report import html as html_page
 from gpufleet.rules import FAMILIES, evaluate
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,13 +66,25 @@ def report() -> Report:
     return sample()
 
 
-@pytest.mark.parametrize("fmt", list(Format))
-def test_golden(report: Report, fmt: Format) -> None:
-    path = GOLDEN / f"golden.{EXT[fmt]}"
-    text = render(report, fmt)
+def _check_golden(path: Path, text: str) -> None:
     if os.environ.get("GPUFLEET_UPDATE_GOLDEN") == "1":
         path.write_text(text, encoding="utf-8")
-    assert text == path.read_text(encoding="utf-8"), f"{fmt.value} differs from {path.name}"
+    assert text == path.read_text(encoding="utf-8"), f"{path.name} differs"
+
+
+@pytest.mark.parametrize("fmt", list(Format))
+def test_golden(report: Report, fmt: Format, monkeypatch: pytest.MonkeyPatch) -> None:
+    if fmt is Format.html:
+        # The page's golden holds its frame, not the vendored and page assets: an edit of
+        # page.js or page.css does not rewrite it (tests/browser runs the real page).
+        monkeypatch.setattr(html_page, "_asset", lambda name: f"/* {name} (stubbed) */")
+    _check_golden(GOLDEN / f"golden.{EXT[fmt]}", render(report, fmt))
+
+
+def test_golden_page_data(report: Report) -> None:
+    data = html_page.page_data(document(report))
+    _check_golden(GOLDEN / "golden.page.json",
+                  json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True) + "\n")
 
 
 @pytest.mark.parametrize("fmt", list(Format))
@@ -104,8 +117,13 @@ def test_schema_rejects_a_bad_finding(report: Report) -> None:
         validator.validate(doc)
 
 
-def test_schema_published_in_docs_is_the_packaged_one() -> None:
-    assert (REPO / "docs" / "schema" / "report-v1.json").read_text() == SCHEMA.read_text()
+def test_the_packaged_schema_is_the_only_copy_and_the_docs_link_to_it() -> None:
+    copies = []
+    for top, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build", "dist")]
+        copies += [Path(top, f).relative_to(REPO) for f in files if f == "report-v1.json"]
+    assert copies == [SCHEMA.relative_to(REPO)], copies
+    assert "(../agent/gpufleet/schema/report-v1.json)" in (REPO / "docs" / "report.md").read_text()
     assert json_schema() == json.loads(SCHEMA.read_text())
 
 

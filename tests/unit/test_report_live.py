@@ -25,7 +25,7 @@ def live() -> dict[str, object]:
 
 
 def test_live_report_is_valid_and_healthy(live: dict[str, object]) -> None:
-    schema = json.loads((REPO / "docs" / "schema" / "report-v1.json").read_text())
+    schema = json.loads((REPO / "agent" / "gpufleet" / "schema" / "report-v1.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(live)
     findings = live["findings"]
     assert isinstance(findings, list) and findings

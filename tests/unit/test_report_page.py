@@ -12,7 +12,7 @@ from typing import Any
 from test_rules_builders import BUSBW, NOW, fleet
 
 from gpufleet.report import document, render_doc
-from gpufleet.report.page import page_data
+from gpufleet.report.html import page_data
 from gpufleet.report.wording import row_message
 from gpufleet.rules import evaluate
 
@@ -28,7 +28,7 @@ def _doc(changes: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def test_vendored_uplot_is_the_published_one() -> None:
-    vendor = resources.files("gpufleet.report.page").joinpath("vendor")
+    vendor = resources.files("gpufleet.report.html").joinpath("vendor")
     for name, digest in VENDOR.items():
         assert hashlib.sha256(vendor.joinpath(name).read_bytes()).hexdigest() == digest, name
 

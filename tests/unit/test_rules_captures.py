@@ -176,7 +176,7 @@ def test_fault_profile_fires_its_rules(parsed: dict[str, Facts], profile: str,
 
 
 def test_real_facts_report_validates_against_schema(parsed: dict[str, Facts]) -> None:
-    schema = json.loads((REPO / "docs" / "schema" / "report-v1.json").read_text())
+    schema = json.loads((REPO / "agent" / "gpufleet" / "schema" / "report-v1.json").read_text())
     r = _report({p: (f, real_smoke(p) if p == "h200x2" else None, Expectations(**DESIRED), "gpu")
                  for p, f in parsed.items()})
     gone = HostResult("gone", "unreachable", "no route")

@@ -193,10 +193,8 @@ def report_from_results(results: Mapping[str, HostResult], *, generated_at: str,
     """The gpufleet report (findings and summary) over results gathered by Ansible; `expect`
     gives each host's desired-state variables (gpu_facts returns them as gpufleet_expect)."""
     from gpufleet.inventory import node_spec  # noqa: PLC0415
-    from gpufleet.report import summarize  # noqa: PLC0415
-    from gpufleet.rules import evaluate  # noqa: PLC0415
+    from gpufleet.report.pipeline import judge  # noqa: PLC0415
 
     specs = {h: node_spec(h, (expect or {}).get(h, {})) for h in results}
     report = Report(hosts=dict(results), specs=specs, generated_at=generated_at, level="facts")
-    report = dataclasses.replace(report, findings=evaluate(report))
-    return dataclasses.replace(report, summary=summarize(report))
+    return judge(report)

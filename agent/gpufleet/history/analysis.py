@@ -13,8 +13,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpufleet.model import Finding
-from gpufleet.report.common import fmt_bytes, host_worst, versions
+from gpufleet.model import Finding, fmt_bytes
+from gpufleet.report.common import host_worst, versions
 from gpufleet.report.wording import row_message
 from gpufleet.rules.base import finding
 

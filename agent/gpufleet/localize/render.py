@@ -38,7 +38,7 @@ def remediation(suspect: Suspect, specs: Mapping[str, HostSpec], worlds: str) ->
 
 
 def section(run: LocalizeRun) -> Doc:
-    """The `localize` section of the report (docs/schema: $defs.localize)."""
+    """The `localize` section of the report (gpufleet/schema/report-v1.json: $defs.localize)."""
     s = run.search
     worlds = [{
         "index": w.index, "stage": w.stage, "members": list(w.members), "passed": w.passed,

@@ -10,17 +10,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.model import SEVERITY_ORDER, Finding, Report, to_jsonable
-from gpufleet.report import sanitize
-
-STATUSES = ("ok", "unreachable", "auth_failed", "hostkey_mismatch", "timeout", "busy", "error")
-SEVERITIES = ("error", "warning", "info")
+from gpufleet.model import HOST_STATUSES, SEVERITIES, SEVERITY_ORDER, Finding, Report, to_jsonable
+from gpufleet.redact import clean, number
 
 Doc = dict[str, Any]
-
-def _clean(obj: Any) -> Any:
-    return sanitize.clean(obj)
-
 
 def summarize(report: Report) -> dict[str, Any]:
     """Counts by host status and finding severity (Report.summary)."""
@@ -40,7 +33,7 @@ def summarize_doc(doc: Mapping[str, Any]) -> dict[str, Any]:
     worst = max(sev, key=lambda s: SEVERITY_ORDER[s]) if sev else None
     return {
         "hosts": len(hosts),
-        "status": {s: status.get(s, 0) for s in STATUSES},
+        "status": {s: status.get(s, 0) for s in HOST_STATUSES},
         "findings": {s: sev.get(s, 0) for s in SEVERITIES},
         "hosts_with": {s: sum(1 for w in worst_of.values() if w == s) for s in SEVERITIES},
         "worst": worst,
@@ -55,7 +48,7 @@ def document(report: Report) -> Doc:
         raw["summary"] = summarize_doc(raw)
     order = ("schema", "generated_at", "level", "hosts", "findings", "summary")
     doc = {k: raw[k] for k in order} | {k: v for k, v in raw.items() if k not in order}
-    cleaned: Doc = _clean(doc)
+    cleaned: Doc = clean(doc)
     return cleaned
 
 
@@ -132,19 +125,12 @@ def host_worst(doc: Mapping[str, Any]) -> dict[str, str | None]:
 
 def busbw_largest(hdoc: Mapping[str, Any]) -> tuple[int, float] | None:
     raw = (hdoc.get("smoke") or {}).get("busbw_gbps") or {}
-    numbers = {int(k): sanitize.number(v) for k, v in raw.items() if str(k).isdigit()}
+    numbers = {int(k): number(v) for k, v in raw.items() if str(k).isdigit()}
     bw = {k: v for k, v in numbers.items() if v is not None}
     if not bw:
         return None
     size = max(bw)
     return size, bw[size]
-
-
-def fmt_bytes(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div} {unit}"
-    return f"{n} B"
 
 
 def summary_line(doc: Mapping[str, Any]) -> str:

@@ -9,14 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.report.common import (
-    SEVERITIES,
-    busbw_largest,
-    fmt_bytes,
-    summarize_doc,
-    versions,
-)
-from gpufleet.report.sanitize import clean
+from gpufleet.model import SEVERITIES, fmt_bytes
+from gpufleet.redact import clean
+from gpufleet.report.common import busbw_largest, summarize_doc, versions
 
 # busbw changes smaller than this fraction are run-to-run noise.
 BUSBW_CHANGE = 0.10

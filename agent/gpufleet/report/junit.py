@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
 
+from gpufleet.redact import clean, xml_text
 from gpufleet.report.common import family_of
-from gpufleet.report.sanitize import clean, xml_text
 from gpufleet.report.wording import row_message
 from gpufleet.rules import FAMILIES
 
@@ -22,7 +22,7 @@ def _text(findings: list[Mapping[str, Any]]) -> str:
         f"  fix: {f['remediation']}" for f in findings)
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> str:
     doc = clean(doc, xml_text)  # ElementTree writes any character, even those XML cannot hold
     root = ET.Element("testsuites", name="gpufleet")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}

@@ -5,15 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.report.common import (
-    SEVERITIES,
-    busbw_largest,
-    fmt_bytes,
-    host_worst,
-    summary_line,
-    versions,
-)
-from gpufleet.report.sanitize import markdown
+from gpufleet.model import SEVERITIES, fmt_bytes
+from gpufleet.redact import markdown
+from gpufleet.report.common import busbw_largest, host_worst, summary_line, versions
 from gpufleet.report.wording import row_message
 
 
@@ -29,7 +23,7 @@ def _code(value: str) -> str:
     return f"`` {value} ``" if "`" in value else f"`{value}`"
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> str:
     lines = [f"# gpufleet report ({_cell(doc.get('level'))}, "
              f"{_cell(doc.get('generated_at') or 'undated')})",
              "", f"**{_cell(summary_line(doc))}**", "",

@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpufleet.report.common import SEVERITIES, versions
-from gpufleet.report.sanitize import number
+from gpufleet.model import SEVERITIES
+from gpufleet.redact import number
+from gpufleet.report.common import versions
 
 
 class _ReportCollector(Collector):
@@ -72,7 +73,7 @@ class _ReportCollector(Collector):
             yield ts
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> str:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ReportCollector(doc))
     return generate_latest(registry).decode("utf-8")

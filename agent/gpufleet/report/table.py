@@ -11,26 +11,25 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.report.common import (
-    SEVERITIES,
-    busbw_largest,
-    fmt_bytes,
-    host_worst,
-    summary_line,
-    versions,
-)
+from gpufleet.model import SEVERITIES, fmt_bytes
+from gpufleet.report.common import busbw_largest, host_worst, summary_line, versions
 from gpufleet.report.wording import row_message
 from gpufleet.rules import RULES
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan", "ok": "green"}
 
 
+def make_console(out: io.StringIO, *, color: bool, width: int) -> Console:
+    """A console writing to `out`; also the facts table's (report/facts_table.py)."""
+    # Fixed width and no terminal detection: the same report always renders the same text.
+    return Console(file=out, width=width, force_terminal=color, no_color=not color,
+                   color_system="standard" if color else None, highlight=False,
+                   emoji=False, legacy_windows=False)
+
+
 def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> str:
     out = io.StringIO()
-    # Fixed width and no terminal detection: the same report always renders the same text.
-    console = Console(file=out, width=width, force_terminal=color, no_color=not color,
-                      color_system="standard" if color else None, highlight=False,
-                      emoji=False, legacy_windows=False)
+    console = make_console(out, color=color, width=width)
     healthy = doc["summary"]["healthy"]
     console.print(Text(summary_line(doc), style="bold green" if healthy else "bold red"))
     worst = host_worst(doc)

@@ -10,13 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from gpufleet import expect
-from gpufleet.model import Finding
+from gpufleet.model import Finding, fmt_bytes
 from gpufleet.ncclconf import suspects
 from gpufleet.rules.base import Ctx, finding
-
-
-def _size(n: int) -> str:
-    return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
 
 
 def check(ctx: Ctx) -> Iterator[Finding]:
@@ -45,7 +41,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                          for st, why in suspects(h.facts.nccl_config, multinode=len(world) > 1)]
             top = data.get("largest") or {}
             msg = (f"{'+'.join(world)}: busbw {top.get('measured_gbps', 0):.1f} GB/s at "
-                   f"{_size(int(top.get('bytes', 0)))} is "
+                   f"{fmt_bytes(int(top.get('bytes', 0)))} is "
                    f"{100 * float(top.get('ratio', 0)):.0f}% of the "
                    f"{top.get('expected_gbps', 0):.1f} GB/s its links should give")
             if found:

@@ -12,7 +12,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
-from gpufleet.model import Facts, Finding
+from gpufleet.model import Facts, Finding, fmt_bytes
 from gpufleet.rules import data
 from gpufleet.rules.base import Ctx, finding, gpu_model
 
@@ -38,13 +38,6 @@ def low_outliers(values: Sequence[float]) -> tuple[float, float, float] | None:
     return med, mad, limit
 
 
-def _fmt_size(n: int) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div and n % div == 0:
-            return f"{n // div} {unit}"
-    return f"{n} B"
-
-
 def check(ctx: Ctx) -> Iterator[Finding]:
     # host -> (busbw by size, facts, hosts in its world). A multinode run reports each host's own
     # busbw, so every host is judged on its own numbers, against peers of the same world size.
@@ -60,7 +53,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
         size = max(bw)
         if floor is not None and bw[size] < floor:
             yield finding("GF501", [name],
-                          f"{name}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)} "
+                          f"{name}: busbw {bw[size]:.1f} GB/s at {fmt_bytes(size)} "
                           f"< floor {floor:g} GB/s",
                           {"busbw_gbps": bw[size], "bytes": size, "floor_gbps": floor,
                            "variable": "gpufleet_min_busbw_gbps"})
@@ -80,7 +73,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
         for name, bw in sorted(members):
             if bw[size] < limit:
                 yield finding("GF502", [name],
-                              f"{name}: busbw {bw[size]:.1f} GB/s at {_fmt_size(size)}, "
+                              f"{name}: busbw {bw[size]:.1f} GB/s at {fmt_bytes(size)}, "
                               f"fleet median {med:.1f} ({model}, {topo}, "
                               f"{'single-host' if n == 1 else f'{n}-host'} runs)",
                               {"busbw_gbps": bw[size], "bytes": size, "median": med, "mad": mad,

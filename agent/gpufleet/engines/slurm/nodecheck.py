@@ -9,7 +9,6 @@ breaker; rules/slurm.py names the outcome, GF901-GF905).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 from collections.abc import Mapping
@@ -44,10 +43,10 @@ def run_node_check(
 ) -> Report:
     """Facts (and at level quick the smoke test) of this machine, judged by the rules."""
     from gpufleet.fleet import run_check  # noqa: PLC0415
-    from gpufleet.rules import evaluate  # noqa: PLC0415
+    from gpufleet.report.pipeline import judge  # noqa: PLC0415
 
     results = run_check([spec], level=level, force=force, forks=1, probe_timeout=timeout,
                         smoke_timeout=smoke_timeout, progress=False, smoke_without_gpu=False)
     report = Report(hosts=results, specs={spec.name: spec}, generated_at=generated_at,
                     level=level)
-    return dataclasses.replace(report, findings=evaluate(report))
+    return judge(report)

@@ -1,4 +1,5 @@
-"""Host data made safe to show, in one place that every output path calls.
+"""Host data made safe to show, in one place that every output path (the sweep's raw files, every
+renderer) calls: it sits below both, so the sweep does not import the report layer.
 
 Everything a host prints is untrusted: it may carry secrets a tool echoed, terminal escape
 sequences (an OSC 52 clipboard write, a cursor move that hides a line), rich markup, characters

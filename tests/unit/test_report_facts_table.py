@@ -1,9 +1,9 @@
-"""Golden test of the facts table (gpufleet facts --format table)."""
+"""Golden test of the facts table (gpufleet facts --format table, report/facts_table.py)."""
 
 from __future__ import annotations
 
-from gpufleet.cli import facts_table
 from gpufleet.model import DockerInfo, DriverInfo, Facts, Gpu, HostResult, OsInfo
+from gpufleet.report import facts_table
 
 H200 = "NVIDIA H200"
 

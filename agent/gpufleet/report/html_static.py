@@ -6,14 +6,8 @@ from collections.abc import Mapping
 from html import escape
 from typing import Any
 
-from gpufleet.report.common import (
-    SEVERITIES,
-    busbw_largest,
-    fmt_bytes,
-    host_worst,
-    summary_line,
-    versions,
-)
+from gpufleet.model import SEVERITIES, fmt_bytes
+from gpufleet.report.common import busbw_largest, host_worst, summary_line, versions
 from gpufleet.report.wording import row_message
 
 _CSS = (
@@ -28,7 +22,7 @@ def _e(value: object) -> str:
     return escape("-" if value is None or value == "" else str(value), quote=True)
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> str:
     title = f"gpufleet report {doc.get('generated_at') or ''}".strip()
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",

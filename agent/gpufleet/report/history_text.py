@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Set
 from typing import Any
 
-from gpufleet.report.common import fmt_bytes
+from gpufleet.model import fmt_bytes
 from gpufleet.report.wording import row_message
 
 

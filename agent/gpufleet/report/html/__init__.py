@@ -19,8 +19,8 @@ from typing import Any
 
 import jinja2
 
-from gpufleet.report.common import SEVERITIES, fmt_bytes
-from gpufleet.report.page.view import page_data, summary
+from gpufleet.model import SEVERITIES, fmt_bytes
+from gpufleet.report.html.view import page_data, summary
 
 __all__ = ["page_data", "render"]
 
@@ -55,7 +55,7 @@ def _json_for_script(data: Any) -> str:
     return text
 
 
-def render(doc: Mapping[str, Any]) -> str:
+def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> str:
     data = page_data(doc)
     scripts = [_asset("vendor/uPlot.iife.min.js"), _asset("assets/page.js")]
     styles = _asset("vendor/uPlot.min.css") + "\n" + _asset("assets/page.css")

@@ -1,0 +1,104 @@
+"""The commands run inside the engines ops already operate: node-check (Slurm), ansible-report."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpufleet.cli import options
+from gpufleet.cli.options import EXIT_INTERRUPTED, UsageError
+from gpufleet.cli.output import Output, check_dir
+from gpufleet.engines.ansible import (
+    AnsibleResultsError,
+    expectations,
+    load_ansible_results,
+    report_from_results,
+)
+from gpufleet.engines.slurm.nodecheck import node_name, run_node_check, slurm_findings
+from gpufleet.inventory import ExpectError, load_expectations, node_spec
+from gpufleet.report import document, exit_code
+from gpufleet.report.pipeline import amend, summarized
+from gpufleet.smoke.levels import NO_SMOKE
+
+
+def add_node_check(sub: Any) -> None:
+    p = sub.add_parser(
+        "node-check", help="check this node (Slurm HealthCheckProgram / prolog)",
+        description="Check this machine through the local transport; with --slurm-drain, "
+                    "drain or resume it in Slurm. Exit 0 healthy, 1 findings at or above "
+                    "--fail-on, 2 usage error.")
+    p.add_argument("--expect", type=Path, metavar="FILE",
+                   help="expectations rendered by the roles (inventory variables); without "
+                        "it only rules that need neither expectations nor peers apply")
+    # Not full: slurmd gives a health check 60 s.
+    p.add_argument("--level", choices=(NO_SMOKE, "quick"), default=NO_SMOKE,
+                   help="facts (default, about a second) or quick (adds the smoke test)")
+    p.add_argument("--slurm-drain", action="store_true",
+                   help="drain this node on findings at or above --fail-on (reason "
+                        "'gpufleet: GFxxx message'); resume it when healthy, if the drain "
+                        "was gpufleet's")
+    p.add_argument("--node", metavar="NAME",
+                   help="Slurm node name (default: $SLURMD_NODENAME, else the hostname)")
+    options.fail_on(p, "severity that fails (exit 1) and drains (default error)")
+    p.add_argument("--breaker-share", type=options.share, default=0.1, metavar="F",
+                   help="drain at most this share of a partition (at least one node) within "
+                        "--breaker-window (default 0.1)")
+    p.add_argument("--breaker-window", type=options.positive(float), default=3600.0,
+                   metavar="S", help="circuit breaker window in seconds (default 3600)")
+    options.output(p)
+    p.add_argument("--timeout", type=options.positive(float), default=30.0, metavar="S",
+                   help="seconds for the fact probe (default 30)")
+    p.add_argument("--smoke-timeout", type=options.positive(float), default=300.0, metavar="S",
+                   help="seconds for the smoke test at --level quick (default 300)")
+    p.add_argument("--force", action="store_true",
+                   help="run the smoke test even where GPUs are busy")
+    p.set_defaults(run=cmd_node_check)
+
+
+def add_ansible_report(sub: Any) -> None:
+    p = sub.add_parser(
+        "ansible-report", help="the report over a playbook run's gpufleet.gpu.gpu_facts results",
+        description="Judge gpufleet.gpu.gpu_facts results gathered by Ansible/AWX: a callback "
+                    "or verify-playbook dump ({host: result}), an `ansible -t` directory, "
+                    "ansible-runner job_events, or AWX job events JSON.")
+    p.add_argument("results", type=Path, metavar="FILE|DIR")
+    options.output(p)
+    options.fail_on(p, options.FAIL_ON_HELP)
+    p.set_defaults(run=cmd_ansible_report)
+
+
+def cmd_node_check(args: argparse.Namespace) -> int:
+    check_dir(args.output)
+    name = node_name(args.node)
+    try:
+        spec = node_spec(name, load_expectations(args.expect))
+    except ExpectError as exc:
+        raise UsageError(str(exc)) from exc
+    report = run_node_check(spec, level=args.level, timeout=args.timeout,
+                            smoke_timeout=args.smoke_timeout, force=args.force,
+                            generated_at=options.now())
+    if args.slurm_drain:
+        # slurmd kills a health check after 60 s with SIGTERM: unwind (clear a pending breaker
+        # claim in Slurm) instead of dying in the middle.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(EXIT_INTERRUPTED))
+        extra = slurm_findings(name, report.findings, fail_on=args.fail_on,
+                               share=args.breaker_share, window_s=args.breaker_window)
+        report = amend(report, extra)
+    else:
+        report = summarized(report)
+    Output(args.output).render(document(report), args.format)
+    return exit_code(report.findings, args.fail_on)
+
+
+def cmd_ansible_report(args: argparse.Namespace) -> int:
+    try:
+        results = load_ansible_results(args.results)
+        report = report_from_results(results, generated_at=options.now(),
+                                     expect=expectations(args.results))
+    except (AnsibleResultsError, ExpectError) as exc:
+        raise UsageError(str(exc)) from exc
+    Output(args.output).render(document(report), args.format)
+    return exit_code(report.findings, args.fail_on)

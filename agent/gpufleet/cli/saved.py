@@ -1,0 +1,132 @@
+"""The commands over saved reports and run stores: diff, report, history (and --save's history)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gpufleet.cli import options
+from gpufleet.cli.engines import cmd_ansible_report
+from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, UsageError
+from gpufleet.cli.output import Output, check_dir, read_report
+from gpufleet.history import RunStore, StoreError, drift_findings, history_section
+from gpufleet.inventory import InventoryError, load_inventory
+from gpufleet.model import Report, to_jsonable
+from gpufleet.report import document
+from gpufleet.report.diff import diff_reports
+from gpufleet.report.history_text import render_history
+from gpufleet.report.pipeline import amend
+
+
+def add(sub: Any) -> None:
+    diff = sub.add_parser("diff", help="what changed between two JSON reports",
+                          description="Compare two `--format json` reports.")
+    diff.add_argument("old", type=Path, metavar="OLD.json")
+    diff.add_argument("new", type=Path, metavar="NEW.json")
+    diff.set_defaults(run=cmd_diff)
+
+    report = sub.add_parser("report", help="re-render a saved JSON report in any format",
+                            description="Render a saved `--format json` report (or a run of a "
+                                        "--save store) in any format.")
+    report.add_argument("run_file", type=Path, metavar="RUN.json")
+    options.output(report)
+    report.add_argument("--store", type=Path, metavar="DIR",
+                        help="add history from this run store (runs older than RUN.json)")
+    report.add_argument("--from-ansible", action="store_true",
+                        help="RUN.json is a playbook run's gpufleet.gpu.gpu_facts results (a "
+                             "file or directory, as `gpufleet ansible-report` reads them)")
+    options.fail_on(report, "with --from-ansible: exit 1 when a finding is at or above this "
+                            "severity (default error)", default=None)
+    report.set_defaults(run=cmd_report)
+
+    history = sub.add_parser("history", help="per host: last known-good run, what changed, drift",
+                             description="Per host, from a --save run store: the last known-good "
+                                         "run, what changed since, the busbw trend and drift.")
+    history.add_argument("hosts", nargs="*", metavar="HOST",
+                         help="host names (patterns with -i); default: every host of the "
+                              "latest run")
+    history.add_argument("-i", "--inventory", action="append", metavar="INV",
+                         help="Ansible inventory to resolve HOST patterns and groups")
+    history.add_argument("--store", type=Path, metavar="DIR",
+                         default=os.environ.get("GPUFLEET_STORE"),
+                         help="the run store written by --save DIR (default $GPUFLEET_STORE)")
+    history.add_argument("--format", choices=options.TEXT_OR_JSON, default="table")
+    history.set_defaults(run=cmd_history)
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    old, new = (read_report(path, complete=False) for path in (args.old, args.new))
+    Output().write(diff_reports(old, new))
+    return EXIT_OK
+
+
+def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any]]:
+    """The report with the drift findings (GF52x) and its "history" member from the store."""
+    store = RunStore(store_dir)
+    try:
+        entries = store.entries()
+        report = amend(report, drift_findings(document(report), entries))
+        doc = document(report)
+        doc["history"] = history_section(doc, entries, store.load)
+    except StoreError as exc:
+        raise UsageError(f"run store: {exc}") from exc
+    return report, doc
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    if args.from_ansible:  # the same as `gpufleet ansible-report RUN`
+        return cmd_ansible_report(argparse.Namespace(
+            results=args.run_file, format=args.format, output=args.output,
+            fail_on=args.fail_on or "error"))
+    if args.fail_on is not None:
+        raise UsageError("report: --fail-on goes with --from-ansible (a saved report is "
+                         "re-rendered as it is)")
+    doc = read_report(args.run_file)
+    if args.store is not None:
+        store = RunStore(args.store)
+        try:
+            older = [e for e in store.entries()
+                     if e["generated_at"] < str(doc.get("generated_at") or "")]
+            doc["history"] = history_section(doc, older, store.load)
+        except StoreError as exc:
+            raise UsageError(f"run store: {exc}") from exc
+    check_dir(args.output)
+    out = Output(args.output)
+    try:
+        out.render(doc, args.format)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{args.run_file}: cannot render this report: {exc!r}") from exc
+    return EXIT_OK
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    if args.store is None:
+        raise UsageError("history: say where the runs are: --store DIR (or $GPUFLEET_STORE)")
+    store = RunStore(Path(args.store))
+    try:
+        entries = store.entries()
+        if not entries:
+            raise UsageError(f"history: no saved runs in {args.store}")
+        latest = store.load(entries[-1])
+        names: list[str] = list(args.hosts)
+        if args.inventory:
+            try:
+                specs = load_inventory(args.inventory, ",".join(names) or None)
+            except InventoryError as exc:
+                raise UsageError(f"inventory: {exc}") from exc
+            names = [s.name for s in specs]
+        names = names or sorted(latest["hosts"])
+        section = history_section(latest, entries[:-1], store.load, hosts=names)
+        drift = drift_findings(latest, entries[:-1])
+    except StoreError as exc:
+        raise UsageError(f"run store: {exc}") from exc
+    section["latest"] = {"run": entries[-1]["file"], "generated_at": entries[-1]["generated_at"]}
+    section["drift"] = [d for d in map(to_jsonable, drift) if set(d["hosts"]) & set(names)]
+    if args.format == "json":
+        Output().write(json.dumps(section, indent=2, ensure_ascii=False))
+    else:
+        Output().write(render_history(section, known=set(latest["hosts"])))
+    return EXIT_FINDINGS if section["drift"] else EXIT_OK
