@@ -208,7 +208,7 @@ class NcclSetting:
 
 @dataclass(frozen=True)
 class NcclConfig:
-    """NCCL's configuration as a process started over SSH would see it (gpufleet.ncclconf).
+    """NCCL's configuration as a process started over SSH would see it (gpufleet.probes.nccl).
 
     `settings` holds every setting found, `effective` the one that wins per name (environment,
     then NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf). `image_env` is for the pinned

@@ -184,7 +184,7 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
 
 def _nccl(text: str) -> dict[str, object]:
     """Facts with the NCCL configuration the probe's nccl section would print."""
-    from gpufleet.ncclconf import parse  # noqa: PLC0415
+    from gpufleet.probes.nccl import parse  # noqa: PLC0415
 
     return {"facts": {"nccl_config": parse(text)}}
 

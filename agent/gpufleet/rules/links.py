@@ -11,8 +11,8 @@ from typing import Any
 
 from gpufleet import expect
 from gpufleet.model import Finding
-from gpufleet.ncclconf import suspects
 from gpufleet.rules.base import Ctx, finding
+from gpufleet.rules.nccl import suspects
 
 
 def _size(n: int) -> str:

@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufleet import expect, ncclconf
+from gpufleet import expect
 from gpufleet.model import Facts, HostSpec, SmokeResult
+from gpufleet.probes import nccl as ncclconf
 from gpufleet.probes.topology import parse_nvlink_status
 from gpufleet.smoke.command import (
     REFERENCE_FRACTION,
