@@ -41,7 +41,7 @@ _THROTTLE_LABELS = {
 }
 _NVML_LIB = re.compile(r"NVML library version:\s*(\S+)")
 _Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
-_SMI_HEADER = re.compile(r"Driver Version:\s*(\S+)\s+CUDA Version:\s*(\S+)")
+
 
 
 def decode_throttle_mask(mask: str | int | None) -> tuple[str, ...]:
@@ -263,18 +263,6 @@ def _sum_ints(values: Mapping[str, str], prefix: str, word: str) -> int | None:
 
 
 # --------------------------------------------------------------------------- other outputs
-
-
-def parse_nvidia_smi_header(text: str) -> tuple[str | None, str | None]:
-    """Plain `nvidia-smi` banner -> (driver version, CUDA version)."""
-    match = _SMI_HEADER.search(text)
-    return (match.group(1), match.group(2)) if match else (None, None)
-
-
-def parse_nvidia_smi_list(text: str) -> tuple[tuple[int, str, str | None], ...]:
-    """`nvidia-smi -L` -> ((index, name, uuid), ...)."""
-    found = re.findall(r"^GPU (\d+): (.*?)(?: \(UUID: (\S+)\))?$", text, re.MULTILINE)
-    return tuple((int(i), name, uuid or None) for i, name, uuid in found)
 
 
 def nvml_library_version(text: str) -> str | None:

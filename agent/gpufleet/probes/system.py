@@ -96,30 +96,6 @@ def parse_ldconfig_nvml(text: str) -> str | None:
     return found[0] if found else None
 
 
-def parse_proc_gpu_information(text: str) -> list[dict[str, str]]:
-    """/proc/driver/nvidia/gpus/*/information blocks ("Model: ...", "Bus Location: ...").
-
-    The kernel's own view of its GPUs: it lists a GPU even when NVML cannot talk to it.
-    """
-    gpus: list[dict[str, str]] = []
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        key = key.strip()
-        if not sep or key not in _GPU_INFO_KEYS:
-            continue
-        if key == "Model":
-            gpus.append({})
-        if gpus:
-            gpus[-1][key] = value.strip()
-    return gpus
-
-
-_GPU_INFO_KEYS = frozenset({
-    "Model", "IRQ", "GPU UUID", "Video BIOS", "Bus Type", "DMA Size", "DMA Mask",
-    "Bus Location", "Device Minor", "GPU Firmware", "GPU Excluded",
-})
-
-
 # --------------------------------------------------------------------------- the families
 
 

@@ -53,12 +53,6 @@ def parse_topo_m(text: str) -> Topology:
     return Topology(devices=devices, links=links, cpu_affinity=cpu, numa_affinity=numa, nics=nics)
 
 
-def nvlink_count(link_type: str) -> int:
-    """"NV18" -> 18; anything that is not NVLink -> 0."""
-    match = re.fullmatch(r"NV(\d+)", link_type.strip())
-    return int(match.group(1)) if match else 0
-
-
 def parse_nvlink_status(text: str) -> tuple[GpuNvLinks, ...]:
     """`nvidia-smi nvlink -s`: "Link 3: 26.562 GB/s" active, "Link 3: <inactive>" not.
 
