@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
-from gpufleet.expect import sku_of
+from gpufleet.bandwidth import sku_of
 from gpufleet.model import Facts, Finding, Gpu, HostResult, XidEvent
 from gpufleet.rules import data
 from gpufleet.rules.base import Ctx, finding

@@ -20,7 +20,7 @@ from gpufleet.rules import FAMILIES, RULES
 # Keys under which an expected busbw curve (message bytes -> GB/s) may come, in the smoke result
 # or in a finding's evidence; the first that holds a mapping wins. Absent: the plot has none.
 # "expected_gbps" (a size -> GB/s map) is what the busbw check's data.expectation carries
-# (gpufleet.expect, via the smoke verdict); the others are accepted from older or outside runs.
+# (gpufleet.bandwidth, via the smoke verdict); the others are accepted from older or outside runs.
 EXPECTED_CURVE_KEYS = ("expected_gbps", "expected_busbw_gbps", "busbw_expected_gbps",
                        "expected_curve")
 # A single expected number (GB/s) draws a flat line over the measured sizes.
