@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.model import Facts, GpuNvLinks
+from gpufleet.model import Facts, GpuNvLinks, gpu_link_kinds
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -228,7 +228,8 @@ def expect_host(links: HostLinks, nproc: int) -> LinkBound | None:
     ratio = {s: ratio_at(curve, s) for s in sizes}
     expected = {s: raw * r for s, r in ratio.items()}
     names = set(links.gpu_names[:nproc])
-    link_type = _uniform(links.gpu_links, nproc)
+    kinds = gpu_link_kinds(links.gpu_links, nproc)
+    link_type = next(iter(kinds)) if len(kinds) == 1 else None
     table = MEASURED.get((names.pop(), nproc, link_type or "")) if len(names) == 1 else None
     if table is not None and not issues and basis != "pcie":
         expected.update(table)
@@ -261,12 +262,6 @@ def expect_world(hosts: Sequence[tuple[LinkBound | None, HostLinks]]) -> LinkBou
                        calibration="NVLink ratio curve applied to the NICs' total rate "
                        "(uncalibrated for networks)",
                        inventory={"nic_gbps_per_host": nets})
-
-
-def _uniform(matrix: Mapping[str, Mapping[str, str]], n: int) -> str | None:
-    kinds = {matrix.get(f"GPU{a}", {}).get(f"GPU{b}") for a in range(n) for b in range(n)
-             if a != b}
-    return kinds.pop() if len(kinds) == 1 else None
 
 
 def links_from_facts(f: Facts) -> HostLinks:

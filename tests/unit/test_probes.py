@@ -600,3 +600,18 @@ def test_parse_image_env_reads_the_env_line_of_the_image_query() -> None:
     assert parse_image_env("null\nenv=null\n") == ()  # an image without Env
     assert parse_repo_digests("null\nenv=[\"A=1\"]\n") == ()  # not the Env line
     assert parse_image_env('["r/x@sha256:aa"]\n') is None  # a stand-in without the line
+
+
+def test_gpu_link_kinds_is_one_answer_on_the_model_and_on_the_report_json() -> None:
+    """rules/perf.py (Facts), the report page (JSON) and bandwidth.py (first n GPUs) share it."""
+    from gpufleet.model import gpu_link_kinds, topology_signature  # noqa: PLC0415
+
+    topo = parse_topo_m(read("topo-m.txt"))
+    as_json = json.loads(json.dumps(to_jsonable(topo)))
+    assert topo.gpu_link_kinds() == gpu_link_kinds(as_json["links"]) == {"NV18"}
+    assert topology_signature(2, as_json["links"]) == "2x NV18"
+    assert topology_signature(0, {}) == "0x ?"
+    assert topo.gpu_link_kinds(2) == {"NV18"}
+    # Asked about 3 GPUs of a 2-GPU matrix: the missing pairs are unknown, not uniform NV18.
+    assert topo.gpu_link_kinds(3) == {"NV18", ""}
+    assert gpu_link_kinds({"GPU0": None, "NIC0": {"GPU0": "SYS"}}) == frozenset()
