@@ -232,6 +232,15 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class PciFunction:
+    """An NVIDIA display or 3D controller on the PCI bus, as the kernel's sysfs lists it."""
+
+    address: str  # "0000:18:00.0" (domain:bus:device.function)
+    class_code: str  # "0x030200" (3D controller) | "0x030000" (VGA compatible)
+    device_id: str | None = None  # "0x2335"
+
+
+@dataclass(frozen=True)
 class NcclSetting:
     """One NCCL_* setting and where it comes from (a file path, "environment" or "image")."""
 
@@ -277,6 +286,8 @@ class Facts:
     probe_duration_s: float | None = None
     nccl_config: NcclConfig | None = None  # NCCL settings in files and the ssh environment
     containers: tuple[ContainerInfo, ...] = ()  # running containers (workspaces and others)
+    # GPUs on the PCI bus whether or not the driver enumerates them; None = sysfs not read
+    pci_gpus: tuple[PciFunction, ...] | None = None
 
     @property
     def gpu_count(self) -> int:

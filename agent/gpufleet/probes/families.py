@@ -8,7 +8,7 @@ gpu_processes families then share. Adding a family: docs/add-a-fact.md.
 
 from __future__ import annotations
 
-from gpufleet.probes import containers, fabric, gpus, kernel_log, nccl, processes, system
+from gpufleet.probes import containers, fabric, gpus, kernel_log, nccl, pci, processes, system
 from gpufleet.probes import topology as topo
 from gpufleet.probes.sections import Family
 
@@ -28,6 +28,7 @@ FAMILIES: tuple[Family, ...] = (
     kernel_log.XID,
     processes.PROCESSES,
     nccl.NCCL_CONFIG,
+    pci.PCI_GPUS,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

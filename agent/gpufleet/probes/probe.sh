@@ -5,7 +5,8 @@
 # Output: sections `==gpufleet== NAME rc=N`, the tool's stdout, and, when the tool wrote to
 # stderr, a `==gpufleet-stderr==` line followed by it. rc 127 = tool not found,
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
-# GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere; only tests set it.
+# GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
+# /sys/bus/pci/devices; only tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -23,6 +24,7 @@ for arg in "$@"; do
 done
 case $tool_timeout in '' | *[!0-9.]*) tool_timeout=10 ;; esac
 pdn=${GPUFLEET_PROC_DRIVER_NVIDIA:-/proc/driver/nvidia}
+pci=${GPUFLEET_SYS_PCI_DEVICES:-/sys/bus/pci/devices}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -182,6 +184,27 @@ emit kernel_log "$rc"
 mv "$tmp/fm" "$tmp/out"
 emit fabric_manager 0
 section lspci lspci -n -d 10de:
+
+# NVIDIA (vendor 0x10de) VGA (class 0x0300xx) and 3D (0x0302xx) controllers the kernel sees,
+# from sysfs and without any tool, so a GPU the driver no longer enumerates still shows.
+# Lines: ADDRESS CLASS DEVICE (sysfs prints each as 0x-hex: drivers/pci/pci-sysfs.c).
+{
+    if [ -d "$pci" ]; then
+        for d in "$pci"/*; do
+            [ -r "$d/vendor" ] && [ -r "$d/class" ] || continue
+            read -r vendor <"$d/vendor" && [ "$vendor" = 0x10de ] || continue
+            read -r class <"$d/class" || continue
+            case $class in 0x0300?? | 0x0302??) ;; *) continue ;; esac
+            device=
+            [ -r "$d/device" ] && read -r device <"$d/device"
+            printf '%s %s %s\n' "${d##*/}" "$class" "$device"
+        done
+    else
+        echo 'sysfs=absent'
+    fi
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit pci_gpus 0
 
 section toolkit nvidia-ctk --version
 section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}}}'
