@@ -164,3 +164,12 @@ def test_the_schema_accepts_the_new_fact_read_and_not_read() -> None:
     bad = {**json.loads(json.dumps(to_jsonable(facts))), "pci_gpus": [{"class_code": "0x030200"}]}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, facts_schema)
+
+
+def test_nvidia_smi_subcommand_failures_are_listed_in_the_probes_order() -> None:
+    """errors keep probe order (the facts table and GF3xx evidence list them in that order)."""
+    text = "==gpufleet== meta rc=0\ntool_timeout=10\n==gpufleet== query_gpu rc=0\nindex\n0\n"
+    for name in ("nvidia_smi_q", "topo", "nvlink", "compute_apps"):
+        text += f"==gpufleet== {name} rc=3\n==gpufleet-stderr==\nboom\n"
+    facts = collect.parse_probe_output(text + "==gpufleet== end rc=0\n")
+    assert list(facts.errors)[:4] == ["fabric", "topology", "nvlink", "gpu_processes"]

@@ -79,7 +79,7 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
     Missing or failed facts are None/empty with a sentence in Facts.errors[family]; a family
     whose build raises keeps its fields' defaults and costs no other family.
     """
-    out = ProbeOutput({}, {}, tuple((f.smi, f.name) for f in FAMILIES if f.smi))
+    out = ProbeOutput({}, {}, _smi_sections())
     sections = out.safe("probe", {}, split_sections, text)
     meta = out.safe("probe", {}, _key_values, sections["meta"].stdout) if "meta" in sections \
         else {}
@@ -94,6 +94,15 @@ def parse_probe_output(text: str, *, collected_at: str | None = None) -> Facts:
         values.update((name, got[name]) for name in family.fields if name in got)
     smi_error(out)  # decided even when every nvidia-smi family failed before asking
     return Facts(collected_at=collected_at, errors=out.errors, **values)
+
+
+@functools.cache
+def _smi_sections() -> tuple[tuple[str, str], ...]:
+    """(section, family) of the nvidia-smi families in the order probe.sh calls them, the order
+    their failures are reported in."""
+    script = probe_script()
+    pairs = ((f.smi, f.name) for f in FAMILIES if f.smi is not None)
+    return tuple(sorted(pairs, key=lambda pair: script.find(f"\nsmi {pair[0]} ")))
 
 
 def _key_values(text: str) -> dict[str, str]:
