@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -155,6 +155,40 @@ class Topology:
     numa_affinity: Mapping[str, str] = field(default_factory=dict)  # "GPU0" -> "0"
     nics: Mapping[str, str] = field(default_factory=dict)  # "NIC0" -> "mlx5_0"
 
+    def gpu_link_kinds(self, gpus: int | None = None) -> frozenset[str]:
+        """The link kinds between distinct GPUs ("NV18", "SYS", …); see gpu_link_kinds."""
+        return gpu_link_kinds(self.links, gpus)
+
+
+def gpu_link_kinds(links: Mapping[str, Any], gpus: int | None = None) -> frozenset[str]:
+    """The kinds of link between two distinct GPUs in a `topo -m` matrix, on the model or on
+    the report's JSON (rows may be null there).
+
+    With `gpus`, only GPU0..GPU{gpus-1} and every pair of them: a pair the matrix lacks is the
+    kind "" (unknown), so a partial matrix is never taken for a uniform one.
+    """
+    if gpus is not None:
+        return frozenset(str((links.get(f"GPU{a}") or {}).get(f"GPU{b}") or "")
+                         for a in range(gpus) for b in range(gpus) if a != b)
+    return frozenset(str(kind) for a, row in links.items() for b, kind in (row or {}).items()
+                     if a != b and a.startswith("GPU") and b.startswith("GPU"))
+
+
+def topology_signature(gpu_count: int, links: Mapping[str, Any]) -> str:
+    """"8x NV18", "2x NODE/SYS", "4x ?": how many GPUs and how they are joined (cohort key)."""
+    return f"{gpu_count}x " + ("/".join(sorted(gpu_link_kinds(links))) or "?")
+
+
+def gpu_model(names: Iterable[str | None]) -> str:
+    """The host's GPU model from its GPUs' names: "NVIDIA H200", "A+B" when mixed, "no GPU"."""
+    found = sorted({n for n in names if n})
+    return "+".join(found) if found else "no GPU"
+
+
+def cohort_label(model: str, topology: str, world_hosts: int) -> str:
+    """Hosts measured alike (fleet baseline, GF502, the page's cohorts): model, links, world."""
+    return f"{model}, {topology}, {'single-host' if world_hosts == 1 else f'{world_hosts}-host'}"
+
 
 @dataclass(frozen=True)
 class NvLink:
@@ -211,6 +245,15 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class PciFunction:
+    """An NVIDIA display or 3D controller on the PCI bus, as the kernel's sysfs lists it."""
+
+    address: str  # "0000:18:00.0" (domain:bus:device.function)
+    class_code: str  # "0x030200" (3D controller) | "0x030000" (VGA compatible)
+    device_id: str | None = None  # "0x2335"
+
+
+@dataclass(frozen=True)
 class NcclSetting:
     """One NCCL_* setting and where it comes from (a file path, "environment" or "image")."""
 
@@ -221,7 +264,7 @@ class NcclSetting:
 
 @dataclass(frozen=True)
 class NcclConfig:
-    """NCCL's configuration as a process started over SSH would see it (gpufleet.ncclconf).
+    """NCCL's configuration as a process started over SSH would see it (gpufleet.probes.nccl).
 
     `settings` holds every setting found, `effective` the one that wins per name (environment,
     then NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf). `image_env` is for the pinned
@@ -256,6 +299,8 @@ class Facts:
     probe_duration_s: float | None = None
     nccl_config: NcclConfig | None = None  # NCCL settings in files and the ssh environment
     containers: tuple[ContainerInfo, ...] = ()  # running containers (workspaces and others)
+    # GPUs on the PCI bus whether or not the driver enumerates them; None = sysfs not read
+    pci_gpus: tuple[PciFunction, ...] | None = None
 
     @property
     def gpu_count(self) -> int:

@@ -32,6 +32,7 @@ from gpufleet.model import (
     HostSpec,
     SmokeResult,
 )
+from gpufleet.probes import topology
 from gpufleet.probes.gpus import parse_query_gpu_csv
 from gpufleet.probes.topology import parse_nvlink_status
 from gpufleet.report import Format, document, facts_table, redact, render, render_doc
@@ -311,7 +312,7 @@ def test_17_a_parser_crash_is_a_could_not_read_error_not_a_lost_host(
     def boom(_: str) -> object:
         raise ValueError("odd line")
 
-    monkeypatch.setattr(collect, "parse_topo_m", boom)
+    monkeypatch.setattr(topology, "parse_topo_m", boom)
     facts = collect.parse_probe_output(text)
     assert "could not read topology" in facts.errors["topology"]
     assert len(facts.gpus) == 2 and facts.driver.version  # the rest was read

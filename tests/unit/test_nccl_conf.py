@@ -8,8 +8,9 @@ import subprocess
 from pathlib import Path
 
 from gpufleet.model import NcclSetting
-from gpufleet.ncclconf import SHELL, degrading, parse, suspects
 from gpufleet.probes import probe_script
+from gpufleet.probes.nccl import MAX_FILE_BYTES, SHELL, parse
+from gpufleet.rules.nccl import degrading, suspects
 
 
 def _run_shell(tmp_path: Path, env: dict[str, str], system: str | None) -> str:
@@ -23,11 +24,16 @@ def _run_shell(tmp_path: Path, env: dict[str, str], system: str | None) -> str:
     return out.replace(str(tmp_path / "etc-nccl.conf"), "/etc/nccl.conf")
 
 
-def test_probe_sh_carries_the_same_lines_as_the_module() -> None:
+def test_the_shipped_probe_carries_the_module_lines_once_and_probe_sh_none() -> None:
+    """One copy: probe.sh holds an include line, the shipped probe the module's SHELL."""
     body = [ln.strip() for ln in SHELL.strip().splitlines()]
     probe = [ln.strip() for ln in probe_script().splitlines()]
     start = probe.index(body[0])
     assert probe[start:start + len(body)] == body
+    assert probe.count(body[0]) == 1
+    raw = (Path(__file__).parents[2] / "agent/gpufleet/probes/probe.sh").read_text()
+    assert "nccl_lines" not in raw and "#@include nccl.SHELL" in raw
+    assert f"head -c {MAX_FILE_BYTES} " in SHELL and "65536" not in raw
 
 
 def test_environment_wins_then_user_file_then_system_file(tmp_path: Path) -> None:

@@ -19,32 +19,27 @@ from typing import Any
 import pytest
 
 from gpufleet.model import CommandResult, Expectations, HostSpec, to_jsonable
-from gpufleet.probes import (
-    collect,
+from gpufleet.probes import collect, parse_probe_output, probe_script
+from gpufleet.probes.containers import parse_docker_info, parse_toolkit_version
+from gpufleet.probes.fabric import parse_nvidia_smi_q_fabric
+from gpufleet.probes.gpus import (
     decode_throttle_mask,
+    gpu_from_q,
     nvidia_smi_failure,
-    parse_compute_apps,
-    parse_docker_info,
+    parse_nvidia_smi_q,
+    parse_query_gpu_csv,
+)
+from gpufleet.probes.kernel_log import parse_xid_lines
+from gpufleet.probes.processes import parse_compute_apps
+from gpufleet.probes.sections import split_sections
+from gpufleet.probes.system import (
     parse_ldconfig_nccl,
     parse_ldconfig_nvml,
-    parse_nvidia_smi_header,
-    parse_nvidia_smi_list,
-    parse_nvidia_smi_q,
-    parse_nvidia_smi_q_fabric,
-    parse_nvlink_status,
     parse_os_release,
-    parse_probe_output,
     parse_proc_driver_version,
-    parse_query_gpu_csv,
-    parse_toolkit_version,
-    parse_topo_m,
     parse_uname,
-    parse_xid_lines,
-    probe_script,
-    split_sections,
 )
-from gpufleet.probes.gpus import gpu_from_q
-from gpufleet.probes.system import parse_proc_gpu_information
+from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m
 from gpufleet.transport.base import Transport, TransportError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,7 +82,6 @@ def facts_txt() -> dict[str, Any]:
         "os_release": parse_os_release(s["os-release"]),
         "uname": parse_uname(s["uname"]),
         "proc_driver": parse_proc_driver_version(s["proc driver"]),
-        "nvidia_smi_header": parse_nvidia_smi_header(s["nvidia-smi"]),
         "query_gpu": parse_query_gpu_csv(s["query csv"]),
         "topology": parse_topo_m(s["topo"]),
         "nvlink": parse_nvlink_status(s["nvlink"]),
@@ -116,9 +110,6 @@ GOLDEN_CASES: dict[str, Callable[[], Any]] = {
         "nccl": parse_ldconfig_nccl(read("ldconfig.txt")),
         "nvml": parse_ldconfig_nvml(read("ldconfig.txt")),
     },
-    "nvidia-smi.txt": lambda: parse_nvidia_smi_header(read("nvidia-smi.txt")),
-    "nvidia-smi-L.txt": lambda: parse_nvidia_smi_list(read("nvidia-smi-L.txt")),
-    "proc-driver-nvidia.txt": lambda: parse_proc_gpu_information(read("proc-driver-nvidia.txt")),
     "bad-field.txt": lambda: nvidia_smi_failure(2, read("bad-field.txt")),
     "q-d-fabric.txt": lambda: nvidia_smi_failure(2, read("q-d-fabric.txt")),
     "facts.txt": facts_txt,
@@ -141,8 +132,10 @@ def test_golden(capture: str) -> None:
 
 def test_every_capture_has_a_golden_case() -> None:
     smoke_logs = {"bench.txt", "collect_env.txt", "README.md"}
+    # Kept as evidence of real output; no fact reads them yet (their parsers had no caller).
+    unread = {"nvidia-smi.txt", "nvidia-smi-L.txt", "proc-driver-nvidia.txt"}
     cross_checked = {"nvidia-smi-q.xml"}  # see test_q_text_agrees_with_query_csv_and_xml
-    captures = {p.name for p in CAPTURE.iterdir()} - smoke_logs - cross_checked
+    captures = {p.name for p in CAPTURE.iterdir()} - smoke_logs - cross_checked - unread
     assert captures - GOLDEN_CASES.keys() == set()
 
 
@@ -607,3 +600,18 @@ def test_parse_image_env_reads_the_env_line_of_the_image_query() -> None:
     assert parse_image_env("null\nenv=null\n") == ()  # an image without Env
     assert parse_repo_digests("null\nenv=[\"A=1\"]\n") == ()  # not the Env line
     assert parse_image_env('["r/x@sha256:aa"]\n') is None  # a stand-in without the line
+
+
+def test_gpu_link_kinds_is_one_answer_on_the_model_and_on_the_report_json() -> None:
+    """rules/perf.py (Facts), the report page (JSON) and bandwidth.py (first n GPUs) share it."""
+    from gpufleet.model import gpu_link_kinds, topology_signature  # noqa: PLC0415
+
+    topo = parse_topo_m(read("topo-m.txt"))
+    as_json = json.loads(json.dumps(to_jsonable(topo)))
+    assert topo.gpu_link_kinds() == gpu_link_kinds(as_json["links"]) == {"NV18"}
+    assert topology_signature(2, as_json["links"]) == "2x NV18"
+    assert topology_signature(0, {}) == "0x ?"
+    assert topo.gpu_link_kinds(2) == {"NV18"}
+    # Asked about 3 GPUs of a 2-GPU matrix: the missing pairs are unknown, not uniform NV18.
+    assert topo.gpu_link_kinds(3) == {"NV18", ""}
+    assert gpu_link_kinds({"GPU0": None, "NIC0": {"GPU0": "SYS"}}) == frozenset()

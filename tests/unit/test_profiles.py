@@ -52,6 +52,8 @@ def probe(name: str, image: str = IMAGE) -> tuple[Facts, float]:
         **os.environ,
         "PATH": f"{profile / 'bin'}:{os.environ['PATH']}",
         "GPUFLEET_PROC_DRIVER_NVIDIA": str(profile / "proc_driver_nvidia"),
+        # The profiles carry no sysfs: not this machine's PCI bus either (pci_gpus is None).
+        "GPUFLEET_SYS_PCI_DEVICES": str(profile / "sys_bus_pci_devices"),
     }
     start = time.monotonic()
     proc = subprocess.run(

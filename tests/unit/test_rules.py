@@ -25,7 +25,8 @@ from gpufleet.model import (
     SmokeResult,
     XidEvent,
 )
-from gpufleet.rules import RULES, evaluate
+from gpufleet.probes.gpus import THROTTLE_BITS, decode_throttle_mask
+from gpufleet.rules import RULES, data, evaluate
 from gpufleet.rules.slurm import RULES as SLURM_RULES
 
 DRV_OTHER = DriverInfo(version="580.95.05", kernel_module_version="580.95.05",
@@ -134,7 +135,8 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
     "GF410": (lambda: fleet({"gpu02": {"facts": {"gpus": (
         gpu(0, mig_mode="Enabled"), gpu(1))}}}), "gpu02"),
     "GF411": (lambda: fleet({"gpu02": {"facts": {"gpus": (
-        gpu(0, throttle_reasons=(), throttle_mask="0x0000000000000048"), gpu(1))}}}), "gpu02"),
+        gpu(0, throttle_reasons=decode_throttle_mask("0x0000000000000048"),
+            throttle_mask="0x0000000000000048"), gpu(1))}}}), "gpu02"),
     "GF412": (lambda: fleet({"gpu02": {"facts": {"fabric": FabricInfo(
         gpu_states={0: "In Progress", 1: "Completed"}, gpu_status={0: "N/A", 1: "Success"},
         manager_running=False, nvswitch_count=4)}}}), "gpu02"),
@@ -184,7 +186,7 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
 
 def _nccl(text: str) -> dict[str, object]:
     """Facts with the NCCL configuration the probe's nccl section would print."""
-    from gpufleet.ncclconf import parse  # noqa: PLC0415
+    from gpufleet.probes.nccl import parse  # noqa: PLC0415
 
     return {"facts": {"nccl_config": parse(text)}}
 
@@ -285,3 +287,8 @@ def test_healthy_h200_smoke_numbers_are_the_real_ones() -> None:
     # Guard against builders drifting from the capture they claim to mirror.
     s = smoke("x")
     assert s.busbw_gbps[4 << 30] == 343.7 and facts().driver.version == "580.159.04"
+
+
+def test_the_throttle_reasons_judged_bad_are_names_the_probe_decodes() -> None:
+    """One bit table (probes/gpus.py); GF411's policy may only name reasons it yields."""
+    assert {name for _, name in THROTTLE_BITS} >= data.THROTTLE_BAD

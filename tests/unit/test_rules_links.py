@@ -1,6 +1,6 @@
 """GF408/GF413 and the expectation on the simulated profiles, read by the real probe.
 
-Hand-derived numbers as in test_expect.py: 4 GiB ratio 343.7 / 478.116 = 0.718863.
+Hand-derived numbers as in test_bandwidth.py: 4 GiB ratio 343.7 / 478.116 = 0.718863.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from test_rules_captures import DESIRED, NOW, _probe
 
-from gpufleet import expect
-from gpufleet.expect import GIB, MIB
+from gpufleet import bandwidth as expect
+from gpufleet.bandwidth import GIB, MIB
 from gpufleet.model import Expectations, Facts, HostResult, HostSpec, Report
 from gpufleet.rules import evaluate
 

@@ -7,7 +7,8 @@ import json
 import re
 from typing import Any
 
-from gpufleet.model import ContainerInfo, DockerInfo
+from gpufleet.model import ContainerInfo, DockerInfo, ImageInfo
+from gpufleet.probes.sections import NOT_FOUND_RC, Family, ProbeOutput, Section, tool_failure
 
 _VERSION = re.compile(r"\bv?(\d+\.\d+\.\d+(?:[-+~][0-9A-Za-z.+~-]+)?)")
 
@@ -217,3 +218,80 @@ def merge_workspace_checks(
 ) -> tuple[ContainerInfo, ...]:
     return tuple(dataclasses.replace(c, **checks[c.id]) if c.id in checks else c
                  for c in containers)  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the families
+
+
+def build_toolkit(out: ProbeOutput) -> dict[str, Any]:
+    toolkit = None
+    if (text := out.ok("toolkit")) is not None:
+        toolkit = out.safe("toolkit", None, parse_toolkit_version, text)
+        if toolkit is None and "toolkit" not in out.errors:
+            out.errors["toolkit"] = "nvidia-ctk --version: no version in the output"
+    out.fail("toolkit", "toolkit", "nvidia-ctk")
+    return {"toolkit_version": toolkit}
+
+
+def build_docker(out: ProbeOutput) -> dict[str, Any]:
+    docker = None
+    info = out.get("docker_info")
+    if info is not None:
+        docker = out.safe("docker", None, parse_docker_info, info.stdout) if info.ok else None
+        if info.rc == NOT_FOUND_RC or info.hung:
+            out.errors["docker"] = tool_failure("docker", info, out.tool_timeout)
+        elif docker is None and "docker" not in out.errors:
+            out.errors["docker"] = docker_failure(info.text)
+    return {"docker": docker}
+
+
+def build_containerd(out: ProbeOutput) -> dict[str, Any]:
+    version = out.safe("containerd", None, parse_containerd_version, out.ok("containerd") or "")
+    out.fail("containerd", "containerd", "containerd")
+    return {"containerd_version": version}
+
+
+def _image(out: ProbeOutput, section: Section | None) -> ImageInfo | None:
+    ref = out.meta.get("image") or None
+    if section is None:
+        return None
+    if section.ok:
+        return ImageInfo(ref=ref, digests=parse_repo_digests(section.stdout),
+                         env=parse_image_env(section.stdout))
+    if "No such image" in section.text:
+        return ImageInfo(ref=ref, digests=())
+    out.errors["image"] = (
+        tool_failure("docker", section, out.tool_timeout)
+        if section.rc == NOT_FOUND_RC or section.hung else docker_failure(section.text)
+    )
+    return None
+
+
+def build_image(out: ProbeOutput) -> dict[str, Any]:
+    """The pinned image (meta `image=`, from pytorch_image): its local digests and Env."""
+    return {"image": out.safe("image", None, _image, out, out.get("image"))}
+
+
+def build_containers(out: ProbeOutput) -> dict[str, Any]:
+    # docker inspect exits 1 when one container vanished after `docker ps`: keep the others.
+    section = out.get("containers")
+    containers = out.safe("containers", (), parse_containers,
+                          section.stdout if section is not None else "")
+    if (checks := out.get("workspace_checks")) is not None:
+        containers = out.safe("containers", containers, merge_workspace_checks, containers,
+                              out.safe("containers", {}, parse_workspace_checks, checks.stdout))
+    if not containers:
+        out.fail("containers", "containers", "docker inspect")
+    return {"containers": containers}
+
+
+TOOLKIT = Family("toolkit", sections=("toolkit",), errors=("toolkit",),
+                 fields=("toolkit_version",), build=build_toolkit)
+DOCKER = Family("docker", sections=("docker_info",), errors=("docker",), fields=("docker",),
+                build=build_docker)
+CONTAINERD = Family("containerd", sections=("containerd",), errors=("containerd",),
+                    fields=("containerd_version",), build=build_containerd)
+IMAGE = Family("image", sections=("image",), errors=("image",), fields=("image",),
+               build=build_image)
+CONTAINERS = Family("containers", sections=("containers", "workspace_checks"),
+                    errors=("containers",), fields=("containers",), build=build_containers)

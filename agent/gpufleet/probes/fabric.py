@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpufleet.model import FabricInfo
-from gpufleet.probes.gpus import SmiQuery
+from gpufleet.probes.gpus import SmiQuery, smi_error
+from gpufleet.probes.sections import Family, ProbeOutput
 
 _Q_GPU_SPLIT = re.compile(r"\nGPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d[ \t]*(?=\n)")
 _Q_FABRIC = re.compile(
@@ -86,3 +88,20 @@ def fabric_info(
     return FabricInfo(
         gpu_states=states, gpu_status=status, manager_running=running, nvswitch_count=nvswitch_count
     )
+
+
+def _fabric(out: ProbeOutput) -> FabricInfo | None:
+    states, status = parse_nvidia_smi_q_fabric(out.ok("nvidia_smi_q") or "")
+    lspci = out.get("lspci")
+    count = parse_lspci_nvswitch(lspci.stdout) if lspci is not None and lspci.ok else 0
+    manager = out.get("fabric_manager")
+    return fabric_info(states, status, manager.stdout if manager else None, count)
+
+
+def build_fabric(out: ProbeOutput) -> dict[str, Any]:
+    smi_error(out)
+    return {"fabric": out.safe("fabric", None, _fabric, out)}
+
+
+FABRIC = Family("fabric", sections=("nvidia_smi_q", "lspci", "fabric_manager"),
+                errors=("fabric",), fields=("fabric",), build=build_fabric, smi="nvidia_smi_q")

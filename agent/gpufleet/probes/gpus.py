@@ -7,8 +7,10 @@ import io
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet.model import Gpu
+from gpufleet.probes.sections import Family, ProbeOutput
 
 NA = frozenset({"", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]",
                 "[Insufficient Permissions]", "[GPU requires reset]", "[Not Found]"})
@@ -39,7 +41,7 @@ _THROTTLE_LABELS = {
 }
 _NVML_LIB = re.compile(r"NVML library version:\s*(\S+)")
 _Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)\s*$")
-_SMI_HEADER = re.compile(r"Driver Version:\s*(\S+)\s+CUDA Version:\s*(\S+)")
+
 
 
 def decode_throttle_mask(mask: str | int | None) -> tuple[str, ...]:
@@ -263,18 +265,6 @@ def _sum_ints(values: Mapping[str, str], prefix: str, word: str) -> int | None:
 # --------------------------------------------------------------------------- other outputs
 
 
-def parse_nvidia_smi_header(text: str) -> tuple[str | None, str | None]:
-    """Plain `nvidia-smi` banner -> (driver version, CUDA version)."""
-    match = _SMI_HEADER.search(text)
-    return (match.group(1), match.group(2)) if match else (None, None)
-
-
-def parse_nvidia_smi_list(text: str) -> tuple[tuple[int, str, str | None], ...]:
-    """`nvidia-smi -L` -> ((index, name, uuid), ...)."""
-    found = re.findall(r"^GPU (\d+): (.*?)(?: \(UUID: (\S+)\))?$", text, re.MULTILINE)
-    return tuple((int(i), name, uuid or None) for i, name, uuid in found)
-
-
 def nvml_library_version(text: str) -> str | None:
     """The "NVML library version: 580.159" line nvidia-smi prints on a version mismatch."""
     match = _NVML_LIB.search(text)
@@ -299,3 +289,51 @@ def nvidia_smi_failure(rc: int | None, text: str, tool_timeout: str = "?") -> st
     if "is not a valid field to query" in text:
         return f"nvidia-smi: {first}"
     return f"nvidia-smi exited {rc}: {first}" if first else f"nvidia-smi exited {rc}"
+
+
+# --------------------------------------------------------------------------- the family
+
+
+def smi_error(out: ProbeOutput) -> str | None:
+    """nvidia-smi's own failure, once: errors["nvidia_smi"] when the first query failed for a
+    reason other than an unknown field; else each failed nvidia-smi family section's reason
+    under that family (and "nvidia_smi" when one hung). Decided on first use, so the errors
+    keep the probe's order whichever family asks first."""
+    if out.smi is not None:
+        return out.smi[0]
+    first = out.get("query_gpu")
+    error: str | None = None
+    if first is not None and not first.ok and "is not a valid field" not in first.text:
+        error = nvidia_smi_failure(first.rc, first.text, out.tool_timeout)
+        out.errors["nvidia_smi"] = error
+    for name, family in out.smi_sections if error is None else ():
+        section = out.get(name)
+        if section is not None and not section.ok:
+            out.errors[family] = nvidia_smi_failure(section.rc, section.text, out.tool_timeout)
+            if section.hung and "nvidia_smi" not in out.errors and "skipped" not in section.text:
+                out.errors["nvidia_smi"] = f"nvidia-smi hung (no answer in {out.tool_timeout} s)"
+    out.smi = (error,)
+    return error
+
+
+def _gpus_from_q(q_text: str) -> tuple[Gpu, ...]:
+    query = parse_nvidia_smi_q(q_text)
+    return tuple(gpu_from_q(i, values) for i, values in enumerate(query.gpus))
+
+
+def build_gpus(out: ProbeOutput) -> dict[str, Any]:
+    """The --query-gpu CSV (full, else the basic field set); `nvidia-smi -q` when both failed."""
+    smi = smi_error(out)
+    q_text = out.ok("nvidia_smi_q") or ""
+    gpus = out.safe("gpus", (), parse_query_gpu_csv,
+                    out.ok("query_gpu") or out.ok("query_gpu_basic") or "")
+    if not gpus and q_text:
+        gpus = out.safe("gpus", (), _gpus_from_q, q_text)
+    first = out.get("query_gpu")
+    if first is not None and not first.ok and smi is None and not gpus:
+        out.errors["gpus"] = nvidia_smi_failure(first.rc, first.text, out.tool_timeout)
+    return {"gpus": gpus}
+
+
+GPUS = Family("gpus", sections=("query_gpu", "query_gpu_basic", "nvidia_smi_q"),
+              errors=("gpus", "nvidia_smi"), fields=("gpus",), build=build_gpus)

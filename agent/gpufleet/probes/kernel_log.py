@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpufleet.model import XidEvent
+from gpufleet.probes.sections import Family, ProbeOutput
 
 # NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+),?\s*(?P<msg>.*)$")
@@ -43,3 +45,13 @@ def parse_xid_lines(text: str) -> tuple[XidEvent, ...]:
             message=match.group("msg").strip(),
         ))
     return tuple(events)
+
+
+def build_xid(out: ProbeOutput) -> dict[str, Any]:
+    xids = out.safe("xid", (), parse_xid_lines, out.ok("kernel_log") or "")
+    out.fail("xid", "kernel_log", "dmesg")
+    return {"xid_events": xids}
+
+
+XID = Family("xid", sections=("kernel_log",), errors=("xid",), fields=("xid_events",),
+             build=build_xid)

@@ -5,7 +5,8 @@
 # Output: sections `==gpufleet== NAME rc=N`, the tool's stdout, and, when the tool wrote to
 # stderr, a `==gpufleet-stderr==` line followed by it. rc 127 = tool not found,
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
-# GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere; only tests set it.
+# GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
+# /sys/bus/pci/devices; only tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -23,6 +24,7 @@ for arg in "$@"; do
 done
 case $tool_timeout in '' | *[!0-9.]*) tool_timeout=10 ;; esac
 pdn=${GPUFLEET_PROC_DRIVER_NVIDIA:-/proc/driver/nvidia}
+pci=${GPUFLEET_SYS_PCI_DEVICES:-/sys/bus/pci/devices}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -183,6 +185,27 @@ mv "$tmp/fm" "$tmp/out"
 emit fabric_manager 0
 section lspci lspci -n -d 10de:
 
+# NVIDIA (vendor 0x10de) VGA (class 0x0300xx) and 3D (0x0302xx) controllers the kernel sees,
+# from sysfs and without any tool, so a GPU the driver no longer enumerates still shows.
+# Lines: ADDRESS CLASS DEVICE (sysfs prints each as 0x-hex: drivers/pci/pci-sysfs.c).
+{
+    if [ -d "$pci" ]; then
+        for d in "$pci"/*; do
+            [ -r "$d/vendor" ] && [ -r "$d/class" ] || continue
+            read -r vendor <"$d/vendor" && [ "$vendor" = 0x10de ] || continue
+            read -r class <"$d/class" || continue
+            case $class in 0x0300?? | 0x0302??) ;; *) continue ;; esac
+            device=
+            [ -r "$d/device" ] && read -r device <"$d/device"
+            printf '%s %s %s\n' "${d##*/}" "$class" "$device"
+        done
+    else
+        echo 'sysfs=absent'
+    fi
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit pci_gpus 0
+
 section toolkit nvidia-ctk --version
 section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}}}'
 section containerd containerd --version
@@ -193,19 +216,10 @@ env={{json .Config.Env}}' -- "$image"
     emit image "$rc"
 fi
 
-# NCCL's configuration as a process started over this ssh session sees it (gpufleet/ncclconf.py
-# holds the same lines and the parser; a unit test keeps the two in step).
+# NCCL's configuration as a process started over this ssh session sees it: probe_script()
+# puts gpufleet/probes/nccl.py's SHELL on the next line when the probe is built (one copy).
 {
-    nccl_lines() {
-      while IFS= read -r line; do case $line in NCCL_*=*) printf '%s\n' "$line" ;; esac; done
-    }
-    for f in /etc/nccl.conf "${HOME:-/nonexistent}/.nccl.conf" ${NCCL_CONF_FILE:+"$NCCL_CONF_FILE"}; do
-      if [ -r "$f" ] && [ -f "$f" ]; then echo "@@file $f"; head -c 65536 "$f" | nccl_lines
-      elif [ -e "$f" ]; then echo "@@unreadable $f"; else echo "@@absent $f"; fi
-    done
-    echo "@@home ${HOME:-}"
-    echo "@@env"
-    env | nccl_lines
+#@include nccl.SHELL
 } >"$tmp/out" 2>/dev/null </dev/null
 : >"$tmp/err"
 emit nccl_conf 0
@@ -214,34 +228,9 @@ emit nccl_conf 0
 # workspace container (label gpufleet.workspace, made by the pytorch_workspace role), what its
 # Jupyter answers without a token, what its running sshd accepts and which uid Jupyter runs as.
 ctr_format='{"Id":{{json .Id}},"Name":{{json .Name}},"Image":{{json .Config.Image}},"Labels":{{json .Config.Labels}},"User":{{json .Config.User}},"Running":{{json .State.Running}},"Memory":{{json .HostConfig.Memory}},"NanoCpus":{{json .HostConfig.NanoCpus}},"DeviceRequests":{{json .HostConfig.DeviceRequests}},"PortBindings":{{json .HostConfig.PortBindings}}}'
-ws_check='import json, os, re, subprocess, sys, urllib.error, urllib.request
-r = {}
-jp = sys.argv[1] if len(sys.argv) > 1 else ""
-if jp.isdigit():
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%s/api/contents" % jp, timeout=3) as x:
-            r["jupyter_status"] = x.status
-    except urllib.error.HTTPError as e:
-        r["jupyter_status"] = e.code
-    except Exception as e:
-        r["jupyter_error"] = type(e).__name__
-for pid in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        cmd = open("/proc/%s/cmdline" % pid, "rb").read().replace(b"\0", b" ").decode().strip()
-        uid = int(re.search(r"^Uid:\s+(\d+)", open("/proc/%s/status" % pid).read(), re.M).group(1))
-    except Exception:
-        continue
-    if "jupyter" in cmd and pid != str(os.getpid()):
-        r.setdefault("jupyter_uids", []).append(uid)
-    m = re.match(r"sshd: (/\S*sshd)(.*?) \[listener\]", cmd)
-    if m and "sshd_T" not in r:
-        argv = [m.group(1), "-T"] + [a for a in m.group(2).split() if a not in ("-D", "-d", "-e")]
-        t = subprocess.run(argv, capture_output=True, text=True, timeout=5)
-        r["sshd_T"] = {k: v for k, _, v in (ln.partition(" ") for ln in t.stdout.splitlines())
-                       if k in ("passwordauthentication", "kbdinteractiveauthentication",
-                                "permitrootlogin", "permitemptypasswords", "port")}
-        r["sshd_T_rc"] = t.returncode
-print(json.dumps(r, sort_keys=True))'
+# gpufleet/probes/ws_check.py, put here as a shell-quoted string when the probe is built, so
+# the probe stays one command; it runs inside each workspace container (python3 -c).
+#@include ws_check.py
 capture docker ps -q --no-trunc
 if [ "$rc" = 0 ] && [ -s "$tmp/out" ]; then
     ids=$(tr -cd '0-9a-f\n' <"$tmp/out" | tr '\n' ' ')

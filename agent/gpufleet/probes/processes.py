@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpufleet.model import GpuProcess
-from gpufleet.probes.gpus import clean, parse_csv, to_int
+from gpufleet.probes.gpus import clean, parse_csv, smi_error, to_int
+from gpufleet.probes.sections import Family, ProbeOutput
 
 
 def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
@@ -20,3 +23,13 @@ def parse_compute_apps(text: str) -> tuple[GpuProcess, ...]:
             used_memory_mib=to_int(row.get("used_gpu_memory")),
         ))
     return tuple(processes)
+
+
+def build_processes(out: ProbeOutput) -> dict[str, Any]:
+    smi_error(out)
+    return {"gpu_processes": out.safe("gpu_processes", (), parse_compute_apps,
+                                      out.ok("compute_apps") or "")}
+
+
+PROCESSES = Family("gpu_processes", sections=("compute_apps",), errors=("gpu_processes",),
+                   fields=("gpu_processes",), build=build_processes, smi="compute_apps")

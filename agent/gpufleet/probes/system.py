@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
-from gpufleet.model import OsInfo
+from gpufleet.model import DriverInfo, OsInfo
+from gpufleet.probes.gpus import (
+    nvml_library_version,
+    parse_nvidia_smi_q_header,
+    query_gpu_driver_version,
+    smi_error,
+)
+from gpufleet.probes.sections import Family, ProbeOutput, tool_failure
 
 _MODULE = re.compile(
     r"NVRM version:\s*NVIDIA UNIX (?P<open>Open )?(?:\S+ )?Kernel Module(?: for \S+)?\s+"
@@ -88,25 +96,65 @@ def parse_ldconfig_nvml(text: str) -> str | None:
     return found[0] if found else None
 
 
-def parse_proc_gpu_information(text: str) -> list[dict[str, str]]:
-    """/proc/driver/nvidia/gpus/*/information blocks ("Model: ...", "Bus Location: ...").
-
-    The kernel's own view of its GPUs: it lists a GPU even when NVML cannot talk to it.
-    """
-    gpus: list[dict[str, str]] = []
-    for line in text.splitlines():
-        key, sep, value = line.partition(":")
-        key = key.strip()
-        if not sep or key not in _GPU_INFO_KEYS:
-            continue
-        if key == "Model":
-            gpus.append({})
-        if gpus:
-            gpus[-1][key] = value.strip()
-    return gpus
+# --------------------------------------------------------------------------- the families
 
 
-_GPU_INFO_KEYS = frozenset({
-    "Model", "IRQ", "GPU UUID", "Video BIOS", "Bus Type", "DMA Size", "DMA Mask",
-    "Bus Location", "Device Minor", "GPU Firmware", "GPU Excluded",
-})
+def build_os(out: ProbeOutput) -> dict[str, Any]:
+    out.fail("os", "os_release", "cat /etc/os-release")
+    out.fail("kernel", "uname", "uname")
+    return {"os": out.safe("os", OsInfo(), os_info, out.ok("os_release"), out.ok("uname"))}
+
+
+def build_driver(out: ProbeOutput) -> dict[str, Any]:
+    """Kernel module from /proc; userspace version from the first source that has it:
+    --query-gpu, the -q header, the resolved libnvidia-ml, nvidia-smi's mismatch message."""
+    module_version, flavor = out.safe("kernel_module", (None, None), parse_proc_driver_version,
+                                      out.ok("proc_driver_version") or "")
+    proc = out.get("proc_driver_version")
+    if proc is not None and not proc.ok:
+        out.errors["kernel_module"] = (
+            "/proc/driver/nvidia/version: not present (NVIDIA kernel module not loaded)"
+            if "No such file" in proc.text
+            else tool_failure("cat /proc/driver/nvidia/version", proc, out.tool_timeout)
+        )
+    elif proc is not None and module_version is None:
+        out.errors["kernel_module"] = (
+            f"unrecognised /proc/driver/nvidia/version: {proc.stdout[:120]!r}")
+    smi_error(out)
+    q_driver, q_cuda = out.safe("driver", (None, None), parse_nvidia_smi_q_header,
+                                out.ok("nvidia_smi_q") or "")
+    first = out.get("query_gpu")
+    csv = out.ok("query_gpu") or out.ok("query_gpu_basic") or ""
+    version = (
+        out.safe("driver", None, query_gpu_driver_version, csv)
+        or q_driver
+        or out.safe("driver", None, parse_ldconfig_nvml, out.ok("ldconfig") or "")
+        or out.safe("driver", None, nvml_library_version, first.text if first is not None else "")
+    )
+    return {"driver": DriverInfo(version=version, kernel_module_version=module_version,
+                                 kernel_module_flavor=flavor, cuda_version=q_cuda)}
+
+
+def build_nccl(out: ProbeOutput) -> dict[str, Any]:
+    """The system libnccl's version, from the ldconfig cache and its resolved links."""
+    libs = out.ok("ldconfig")
+    nccl = None
+    if libs is not None:
+        nccl = out.safe("nccl", None, parse_ldconfig_nccl, libs)
+        if nccl is None and "nccl" not in out.errors:
+            out.errors["nccl"] = (
+                "libnccl is in the ldconfig cache but its version could not be resolved"
+                if has_nccl(libs) else "no system libnccl in the ldconfig cache"
+            )
+    out.fail("nccl", "ldconfig", "ldconfig")
+    return {"nccl_system_version": nccl}
+
+
+OS = Family("os", sections=("os_release", "uname"), errors=("os", "kernel"), fields=("os",),
+            build=build_os)
+DRIVER = Family("driver", sections=("proc_driver_version", "query_gpu", "query_gpu_basic",
+                                    "nvidia_smi_q", "ldconfig"),
+                errors=("kernel_module", "driver", "nvidia_smi"), fields=("driver",),
+                build=build_driver)
+NCCL = Family("nccl", sections=("ldconfig",), errors=("nccl",),
+              fields=("nccl_system_version",), build=build_nccl)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from gpufleet.model import GpuNvLinks, NvLink, Topology
+from gpufleet.probes.gpus import smi_error
+from gpufleet.probes.sections import Family, ProbeOutput
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|NVS\d+)$")
@@ -50,12 +53,6 @@ def parse_topo_m(text: str) -> Topology:
     return Topology(devices=devices, links=links, cpu_affinity=cpu, numa_affinity=numa, nics=nics)
 
 
-def nvlink_count(link_type: str) -> int:
-    """"NV18" -> 18; anything that is not NVLink -> 0."""
-    match = re.fullmatch(r"NV(\d+)", link_type.strip())
-    return int(match.group(1)) if match else 0
-
-
 def parse_nvlink_status(text: str) -> tuple[GpuNvLinks, ...]:
     """`nvidia-smi nvlink -s`: "Link 3: 26.562 GB/s" active, "Link 3: <inactive>" not.
 
@@ -87,3 +84,26 @@ def parse_nvlink_status(text: str) -> tuple[GpuNvLinks, ...]:
     if gpu is not None:
         result.append(GpuNvLinks(gpu, tuple(links)))
     return tuple(result)
+
+
+def build_topology(out: ProbeOutput) -> dict[str, Any]:
+    smi_error(out)
+    topo_text = out.ok("topo")
+    if topo_text is None:
+        return {"topology": None}
+    topology: Topology | None = out.safe("topology", Topology(), parse_topo_m, topo_text)
+    if topology is not None and not topology.devices and "topology" not in out.errors:
+        topology = None
+        out.errors["topology"] = "nvidia-smi topo -m: no matrix in the output"
+    return {"topology": topology}
+
+
+def build_nvlink(out: ProbeOutput) -> dict[str, Any]:
+    smi_error(out)
+    return {"nvlink": out.safe("nvlink", (), parse_nvlink_status, out.ok("nvlink") or "")}
+
+
+TOPOLOGY = Family("topology", sections=("topo",), errors=("topology",), fields=("topology",),
+                  build=build_topology, smi="topo")
+NVLINK = Family("nvlink", sections=("nvlink",), errors=("nvlink",), fields=("nvlink",),
+                build=build_nvlink, smi="nvlink")

@@ -17,6 +17,7 @@ from gpufleet.model import (
     Severity,
     SmokeResult,
 )
+from gpufleet.model import gpu_model as model_gpu_model
 from gpufleet.rules.catalog import RULES
 
 # Groups every host is in; they say nothing about which hosts belong together.
@@ -132,5 +133,4 @@ def major_minor(version: str | None) -> str | None:
 
 
 def gpu_model(facts: Facts) -> str:
-    names = sorted({g.name for g in facts.gpus if g.name})
-    return "+".join(names) if names else "no GPU"
+    return model_gpu_model(g.name for g in facts.gpus)

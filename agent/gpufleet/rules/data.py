@@ -129,18 +129,8 @@ XID_HINTS: Mapping[int, str] = {
 XID_WINDOW_HOURS = 24
 
 # --------------------------------------------------------------------------- clock events
-# NVML clocks_event_reasons bit mask (nvml.h, nvmlClocksEventReason*). Benign ones are not findings.
-THROTTLE_BITS: Mapping[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
+# The reasons that are findings (GF411), by the names probes/gpus.py THROTTLE_BITS decodes the
+# NVML mask into; the benign ones (idle, application clocks, sync boost, …) are not.
 THROTTLE_BAD: frozenset[str] = frozenset(
     {"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"}
 )

@@ -7,22 +7,10 @@ from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
-from gpufleet.expect import sku_of
-from gpufleet.model import Facts, Finding, Gpu, HostResult, XidEvent
+from gpufleet.bandwidth import sku_of
+from gpufleet.model import Facts, Finding, HostResult, XidEvent
 from gpufleet.rules import data
 from gpufleet.rules.base import Ctx, finding
-
-
-def throttle_reasons(g: Gpu) -> tuple[str, ...]:
-    """Decoded reasons; from the raw NVML mask when the probe did not decode them."""
-    if g.throttle_reasons:
-        return g.throttle_reasons
-    try:
-        mask = int(g.throttle_mask or "", 16)
-    except ValueError:
-        return ()
-    return tuple(name for bit, name in data.THROTTLE_BITS.items() if mask & bit)
-
 
 _FABRIC_OK = frozenset({"Completed", "N/A", "Not Supported"})
 _UPTIME = re.compile(r"^\[\s*\d+(\.\d+)?\]$")
@@ -75,7 +63,7 @@ def _gpus(h: HostResult, f: Facts) -> Iterator[Finding]:
         gen = (g.pcie_gen_current, g.pcie_gen_max)
         width = (g.pcie_width_current, g.pcie_width_max)
         slow_gen, narrow = _below(*gen), _below(*width)
-        reasons = throttle_reasons(g)
+        reasons = g.throttle_reasons  # decoded by the probe (probes/gpus.py THROTTLE_BITS)
         if narrow or slow_gen:
             # An idle GPU may drop its link generation to save power; the width never drops.
             idle_only = not narrow and "gpu_idle" in reasons

@@ -1,6 +1,6 @@
 """GF413 NVLink below its SKU's speed, GF504 busbw below the host's own expectation.
 
-The expectation (gpufleet.expect) is built from the host's links; a link already reported here
+The expectation (gpufleet.bandwidth) is built from the host's links; a link already reported here
 or by GF408 lowers it, so the bandwidth finding is about what the links cannot explain.
 """
 
@@ -9,19 +9,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gpufleet import expect
+from gpufleet import bandwidth
 from gpufleet.model import Finding, fmt_bytes
-from gpufleet.ncclconf import suspects
 from gpufleet.rules.base import Ctx, finding
+from gpufleet.rules.nccl import suspects
 
 
 def check(ctx: Ctx) -> Iterator[Finding]:
     for h, f in ctx.with_facts():
-        for issue in expect.link_issues(expect.links_from_facts(f)):
+        for issue in bandwidth.link_issues(bandwidth.links_from_facts(f)):
             if issue.kind == "slow":
                 yield finding("GF413", [h.name], f"{h.name}: {issue.detail}",
                               {"gpu": issue.gpu, "detail": issue.detail,
-                               "source": expect.SOURCES["nvlink_speeds"],
+                               "source": bandwidth.SOURCES["nvlink_speeds"],
                                "subject": f"gpu{issue.gpu}"},
                               gpu=issue.gpu)
     done: set[tuple[str, ...]] = set()

@@ -12,20 +12,14 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
-from gpufleet.model import Facts, Finding, fmt_bytes
+from gpufleet.model import Facts, Finding, cohort_label, fmt_bytes
+from gpufleet.model import topology_signature as _signature
 from gpufleet.rules import data
 from gpufleet.rules.base import Ctx, finding, gpu_model
 
 
 def topology_signature(f: Facts) -> str:
-    topo = f.topology
-    kinds: set[str] = set()
-    if topo is not None:
-        for a, row in topo.links.items():
-            for b, kind in row.items():
-                if a != b and a.startswith("GPU") and b.startswith("GPU"):
-                    kinds.add(kind)
-    return f"{f.gpu_count}x " + ("/".join(sorted(kinds)) or "?")
+    return _signature(f.gpu_count, f.topology.links if f.topology is not None else {})
 
 
 def low_outliers(values: Sequence[float]) -> tuple[float, float, float] | None:
@@ -74,8 +68,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
             if bw[size] < limit:
                 yield finding("GF502", [name],
                               f"{name}: busbw {bw[size]:.1f} GB/s at {fmt_bytes(size)}, "
-                              f"fleet median {med:.1f} ({model}, {topo}, "
-                              f"{'single-host' if n == 1 else f'{n}-host'} runs)",
+                              f"fleet median {med:.1f} ({cohort_label(model, topo, n)} runs)",
                               {"busbw_gbps": bw[size], "bytes": size, "median": med, "mad": mad,
                                "limit": limit, "gpu_model": model, "topology": topo,
                                "world_hosts": n, "peers": len(members)})

@@ -71,6 +71,6 @@ class HostRun:
     error: str | None = None
     # Preflight text when there are no facts: `nvidia-smi nvlink -s`, `topo -m`, PCIe query.
     raw: dict[str, str] = field(default_factory=dict)
-    expectation: Any = None  # gpufleet.expect.Expectation, or None (no GPUs, unknown topology)
+    expectation: Any = None  # gpufleet.bandwidth.LinkBound, or None (no GPUs, unknown topology)
     nccl: Any = None  # gpufleet.model.NcclConfig read on the host, or None
     ended_by_runner: str = ""  # multinode: why the runner ended this host's part early

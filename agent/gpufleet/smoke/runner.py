@@ -21,8 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpufleet import expect, ncclconf
+from gpufleet import bandwidth as expect  # the busbw model (was gpufleet.expect)
 from gpufleet.model import Facts, HostSpec, SmokeResult
+from gpufleet.probes import nccl as ncclconf
 from gpufleet.probes.topology import parse_nvlink_status
 from gpufleet.smoke.command import (
     REFERENCE_FRACTION,
@@ -355,7 +356,7 @@ def _links(h: _Host) -> expect.HostLinks:
         pcie=pcie, nic_gbps=nics)
 
 
-def _expectation(h: _Host, nproc: int) -> expect.Expectation | None:
+def _expectation(h: _Host, nproc: int) -> expect.LinkBound | None:
     if not h.gpu_count or nproc > h.gpu_count:
         return None
     return expect.expect_host(_links(h), nproc)
@@ -439,7 +440,7 @@ def _nproc(h: _Host, opts: SmokeOptions) -> int:
 
 
 def _reference(h: _Host, nproc: int) -> Mapping[int, float] | None:
-    """Expected busbw per size from the host's own links (gpufleet.expect), or None."""
+    """Expected busbw per size from the host's own links (gpufleet.bandwidth), or None."""
     h.expectation = _expectation(h, nproc)
     return dict(h.expectation.busbw_gbps) if h.expectation is not None else None
 

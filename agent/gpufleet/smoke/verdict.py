@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet.model import RankInfo, SmokeCheck, SmokeResult, SmokeStatus
-from gpufleet.ncclconf import suspects
+from gpufleet.rules.nccl import suspects
 from gpufleet.smoke.hostrun import LOG_TAIL_BYTES, HostRun
 
 _ERROR_LINE = re.compile(r"CUDA error|NCCL WARN|NCCL error|ncclInternalError|ncclSystemError|"

@@ -114,13 +114,6 @@ def _hashed_match(field_: str, name: str) -> bool:
     return hmac.compare_digest(got, want)
 
 
-def host_matches(patterns: str, name: str) -> bool:
-    """Whether a known_hosts host field (patterns, or a hashed name) matches `name`."""
-    if patterns.startswith("|"):
-        return _hashed_match(patterns, name)
-    return _match(_compile(patterns), name.lower())
-
-
 def parse(text: str, source: str = "known_hosts") -> list[Entry]:
     """Every usable line; lines that cannot be used are skipped with a one-time warning."""
     entries: list[Entry] = []

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.model import SEVERITY_ORDER
+from gpufleet.model import SEVERITY_ORDER, cohort_label, gpu_model, topology_signature
 from gpufleet.report.common import family_of, host_worst, summary_line, versions
 from gpufleet.report.wording import row_message
 from gpufleet.rules import FAMILIES, RULES
@@ -20,7 +20,7 @@ from gpufleet.rules import FAMILIES, RULES
 # Keys under which an expected busbw curve (message bytes -> GB/s) may come, in the smoke result
 # or in a finding's evidence; the first that holds a mapping wins. Absent: the plot has none.
 # "expected_gbps" (a size -> GB/s map) is what the busbw check's data.expectation carries
-# (gpufleet.expect, via the smoke verdict); the others are accepted from older or outside runs.
+# (gpufleet.bandwidth, via the smoke verdict); the others are accepted from older or outside runs.
 EXPECTED_CURVE_KEYS = ("expected_gbps", "expected_busbw_gbps", "busbw_expected_gbps",
                        "expected_curve")
 # A single expected number (GB/s) draws a flat line over the measured sizes.
@@ -41,18 +41,6 @@ def _curve(raw: Any) -> list[list[float]] | None:
     return sorted(points) or None
 
 
-def _gpu_model(facts: Mapping[str, Any]) -> str:
-    names = sorted({str(g.get("name")) for g in facts.get("gpus") or [] if g.get("name")})
-    return "+".join(names) if names else "no GPU"
-
-
-def _topology(facts: Mapping[str, Any]) -> str:
-    links = (facts.get("topology") or {}).get("links") or {}
-    kinds = {kind for a, row in links.items() for b, kind in (row or {}).items()
-             if a != b and a.startswith("GPU") and b.startswith("GPU")}
-    return f"{len(facts.get('gpus') or [])}x " + ("/".join(sorted(kinds)) or "?")
-
-
 def cohort_of(hdoc: Mapping[str, Any]) -> str | None:
     """Hosts measured alike: GPU model, topology, world size and backend (as rules/perf.py)."""
     smoke = hdoc.get("smoke") or {}
@@ -60,8 +48,11 @@ def cohort_of(hdoc: Mapping[str, Any]) -> str | None:
     if not smoke.get("busbw_gbps") and not smoke.get("matmul_tflops"):
         return None
     world = max(len(smoke.get("hosts") or []), 1)
-    return (f"{_gpu_model(facts)}, {_topology(facts)}, "
-            f"{'single-host' if world == 1 else f'{world}-host'}, {smoke.get('backend') or '?'}")
+    gpus = facts.get("gpus") or []
+    model = gpu_model(str(g.get("name")) for g in gpus if g.get("name"))
+    links = (facts.get("topology") or {}).get("links") or {}
+    return (f"{cohort_label(model, topology_signature(len(gpus), links), world)}, "
+            f"{smoke.get('backend') or '?'}")
 
 
 def _expected(hdoc: Mapping[str, Any], findings: list[Mapping[str, Any]]) -> dict[str, Any]:

@@ -1,4 +1,8 @@
-"""Expected all-reduce bus bandwidth of a GPU host, from its own links (pure).
+"""Expected all-reduce bus bandwidth of a GPU host, from its own links (pure): the busbw model.
+
+Named bandwidth, not expect: "expectations" in gpufleet are the inventory's desired state
+(model.Expectations, --expect FILE); this module predicts what a world's links should give, a
+`LinkBound`, which the smoke verdict and rules/links.py compare measurements with.
 
 Model (docs/smoke.md, "Expected bandwidth"):
 1. The raw bound per GPU, in GB/s one way:
@@ -32,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.model import Facts, GpuNvLinks
+from gpufleet.model import Facts, GpuNvLinks, gpu_link_kinds
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -118,7 +122,9 @@ class LinkIssue:
 
 
 @dataclass(frozen=True)
-class Expectation:
+class LinkBound:
+    """The busbw a world's links should give per message size, and what that rests on."""
+
     basis: str  # "nvlink" | "nvswitch" | "pcie" | "network"
     gpus: int
     raw_gbps: float
@@ -186,7 +192,7 @@ def _all_nvlink(matrix: Mapping[str, Mapping[str, str]], n: int) -> bool:
                if a != b)
 
 
-def expect_host(links: HostLinks, nproc: int) -> Expectation | None:
+def expect_host(links: HostLinks, nproc: int) -> LinkBound | None:
     """The expectation for `nproc` ranks on GPUs 0..nproc-1 of one host; None when the model
     has nothing to go on (fewer than 2 GPUs, or neither NVLink nor PCIe facts)."""
     if nproc < 2 or len(links.gpu_names) < nproc:
@@ -222,18 +228,19 @@ def expect_host(links: HostLinks, nproc: int) -> Expectation | None:
     ratio = {s: ratio_at(curve, s) for s in sizes}
     expected = {s: raw * r for s, r in ratio.items()}
     names = set(links.gpu_names[:nproc])
-    link_type = _uniform(links.gpu_links, nproc)
+    kinds = gpu_link_kinds(links.gpu_links, nproc)
+    link_type = next(iter(kinds)) if len(kinds) == 1 else None
     table = MEASURED.get((names.pop(), nproc, link_type or "")) if len(names) == 1 else None
     if table is not None and not issues and basis != "pcie":
         expected.update(table)
         ratio.update({s: v / raw for s, v in table.items()})
         calibration = "the measured nccl-tests table of this exact configuration"
-    return Expectation(basis=basis, gpus=nproc, raw_gbps=raw, busbw_gbps=expected,
+    return LinkBound(basis=basis, gpus=nproc, raw_gbps=raw, busbw_gbps=expected,
                        ratio=ratio, calibration=calibration, inventory=inventory,
                        issues=tuple(i for i in issues if i.gpu < nproc))
 
 
-def expect_world(hosts: Sequence[tuple[Expectation | None, HostLinks]]) -> Expectation | None:
+def expect_world(hosts: Sequence[tuple[LinkBound | None, HostLinks]]) -> LinkBound | None:
     """A multinode world: each host's own bound, and the NICs' total rate per host."""
     if not hosts or any(e is None for e, _ in hosts):
         return None
@@ -245,22 +252,16 @@ def expect_world(hosts: Sequence[tuple[Expectation | None, HostLinks]]) -> Expec
     net = min(nets)
     if intra <= net:
         worst = min(own, key=lambda e: e.raw_gbps)
-        return Expectation(basis=worst.basis, gpus=sum(e.gpus for e in own), raw_gbps=intra,
+        return LinkBound(basis=worst.basis, gpus=sum(e.gpus for e in own), raw_gbps=intra,
                            busbw_gbps={s: intra * r for s, r in worst.ratio.items()},
                            ratio=dict(worst.ratio), calibration=worst.calibration,
                            inventory={"nic_gbps_per_host": nets})
     ratio = {s: ratio_at(NVLINK_RATIO, s) for s in own[0].ratio}
-    return Expectation(basis="network", gpus=sum(e.gpus for e in own), raw_gbps=net,
+    return LinkBound(basis="network", gpus=sum(e.gpus for e in own), raw_gbps=net,
                        busbw_gbps={s: net * r for s, r in ratio.items()}, ratio=ratio,
                        calibration="NVLink ratio curve applied to the NICs' total rate "
                        "(uncalibrated for networks)",
                        inventory={"nic_gbps_per_host": nets})
-
-
-def _uniform(matrix: Mapping[str, Mapping[str, str]], n: int) -> str | None:
-    kinds = {matrix.get(f"GPU{a}", {}).get(f"GPU{b}") for a in range(n) for b in range(n)
-             if a != b}
-    return kinds.pop() if len(kinds) == 1 else None
 
 
 def links_from_facts(f: Facts) -> HostLinks:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import expect
-from gpufleet.expect import GIB, MIB, HostLinks
+from gpufleet import bandwidth as expect
+from gpufleet.bandwidth import GIB, MIB, HostLinks
 from gpufleet.model import GpuNvLinks, NvLink
 from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m
 
