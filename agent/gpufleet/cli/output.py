@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.cli.options import UsageError
+from gpufleet.files import FileError, read_parsed
 from gpufleet.report import Format, render_doc
 
 
@@ -77,11 +78,9 @@ def read_report(path: Path, *, complete: bool = True) -> dict[str, Any]:
     """A saved JSON report. `complete`: also checked enough that every renderer can work on it
     (hosts with a status, findings with rule, severity, hosts and message)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not a JSON report: {exc}") from exc
+        doc = read_parsed(path, json.loads, "a JSON report", (json.JSONDecodeError,))
+    except FileError as exc:
+        raise UsageError(str(exc)) from exc
     if not isinstance(doc, dict) or "hosts" not in doc:
         raise UsageError(f"{path} is not a gpufleet JSON report (no 'hosts')")
     if not complete:
