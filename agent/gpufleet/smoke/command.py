@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpufleet.smoke import levels
 from gpufleet.smoke.hostrun import LABEL, MARKER, HostRun, SmokeOptions
 
 # Sizes >= 64 MiB must reach this fraction of the expectation (the check, not the benchmark goal).
@@ -66,13 +67,18 @@ def build_command(
     timeout: float,
     rendezvous: Mapping[str, Any] | None,
 ) -> list[str]:
-    """The full argv: setsid → sh (records pgid, redirects to log) → timeout → env → launcher."""
+    """The full argv: setsid → sh (records pgid, redirects to log) → timeout → env → launcher.
+
+    h.script is the shipped package (smoke/bundle.py); the level's row of smoke/levels.py goes
+    to it, and to its watchdog, as one JSON argument.
+    """
     exp = h.spec.expect
     h.nproc = nproc
     pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
+    spec = json.dumps(levels.get(level).host_spec(), sort_keys=True, separators=(",", ":"))
     script_args = [
         # --opt=value: a host named "-gpu1" stays a value, never an option.
-        h.script, "--run-dir", h.run_dir, "--level", level, f"--host={h.spec.name}",
+        h.script, "--run-dir", h.run_dir, f"--level-spec={spec}", f"--host={h.spec.name}",
         "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
     ]  # fmt: skip
     # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
@@ -112,9 +118,9 @@ def build_command(
     )
     if iface:
         env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
-    # torchrun (multinode, images) runs under the watchdog of smoke_launch.py, beside the script.
-    watch = [launcher_path(h), "--run-dir", h.run_dir, "--level", level, "--nproc", str(nproc),
-             "--watch", "--"]
+    # torchrun (multinode, images) runs under the package's watchdog (remote/launch.py).
+    watch = [h.script, "watch", "--run-dir", h.run_dir, f"--level-spec={spec}",
+             "--nproc", str(nproc), "--"]
     if h.runtime == "docker":
         name = container_name(h)
         inner = [
@@ -158,12 +164,6 @@ def gpu_args(h: HostRun) -> list[str]:
         return []
     nvidia = ["--runtime=nvidia"] if "nvidia" in h.runtimes else []
     return ["--gpus", "all", *nvidia, "--ulimit", "memlock=-1"]
-
-
-def launcher_path(h: HostRun) -> str:
-    """smoke_launch.py sits beside the script wherever the script is (run dir or package)."""
-    return h.script.rsplit("/", 1)[0] + "/smoke_launch.py" if "/" in h.script else \
-        "smoke_launch.py"
 
 
 def torch_at_least(version: str | None, want: tuple[int, int]) -> bool:
