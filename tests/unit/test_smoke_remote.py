@@ -1,5 +1,5 @@
 """The host-side package as one unit: the shipped zip, the level table it gets as data, and the
-check registry."""
+check registry (with the memory-bandwidth check that docs/add-a-smoke-check.md adds)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from gpufleet.smoke import bundle, levels
+from gpufleet.smoke.remote import checks, membw, registry, world
 from gpufleet.smoke.remote import ddp as remote_ddp
-from gpufleet.smoke.remote import registry
 
 REMOTE = Path(remote_ddp.__file__).parent
 
@@ -59,4 +61,54 @@ def test_every_level_names_only_registered_checks_and_the_host_spec_is_json() ->
         assert "timeout_s" not in spec and spec["name"] == lv.name
         assert set(spec["watchdog"]) == {"stopped", "stall", "beat"}
     quick, full = levels.get("quick"), levels.get("full")
+    assert "membw" in full.checks and "membw" not in quick.checks  # quick stays as fast
     assert set(quick.checks) < set(full.checks)
+
+
+def _rank(rank: int, rec: dict | None) -> dict:
+    return {"rank": rank, "info": {}, "checks": {} if rec is None else {"membw": rec}}
+
+
+def test_membw_aggregate_reports_each_rank_and_the_world_min_and_median() -> None:
+    recs = [{"passed": True, "gbps": g, "host_memory": False} for g in (3900.0, 4100.0, 4000.0)]
+    passed, detail, data = membw.agg_membw([_rank(i, r) for i, r in enumerate(recs)])
+    assert passed  # recorded, not judged: no expectation yet
+    assert data["per_rank_gbps"] == {"0": 3900.0, "1": 4100.0, "2": 4000.0}
+    assert (data["min_gbps"], data["median_gbps"], data["judged"]) == (3900.0, 4000.0, False)
+    assert detail.startswith("device memory copy 3900.0 GB/s min, 4000.0 GB/s median over 3")
+
+
+def test_world_aggregation_finds_the_new_check_through_the_registry() -> None:
+    """Registered once, judged by world.aggregate with no code of its own there; absent when
+    no rank ran it (the quick level)."""
+    info = {"torch": "2.13.0", "cuda": None, "cudnn": None, "nccl": None, "host": "h",
+            "torch_device_count": 0, "smi_count": 0, "expect_gpus": None,
+            "local_world_size": 1}
+    rec = {"passed": True, "gbps": 9.0, "host_memory": True}
+    ranks = [{"rank": 0, "info": info, "checks": {"membw": rec}}]
+    args = remote_ddp.parse_args(["--run-dir", "/nonexistent"])
+    got = {c["name"]: c for c in world.aggregate(ranks, None, args)[0]}
+    assert got["membw"]["passed"] and "host memory copy 9.0 GB/s" in got["membw"]["detail"]
+    ranks[0]["checks"] = {}
+    assert "membw" not in {c["name"] for c in world.aggregate(ranks, None, args)[0]}
+
+
+def test_membw_measures_a_real_copy_on_a_cpu_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(membw, "CPU_BYTES", 1 << 20)
+    ctx = checks.Ctx(torch, None, torch.device("cpu"), False, False, None, {})
+    rec = membw.rank_membw(ctx)
+    assert rec["passed"] and rec["host_memory"] and rec["bytes"] == 1 << 20
+    assert rec["gbps"] == pytest.approx(2.0 * rec["bytes"] * rec["reps"] / rec["seconds"] / 1e9)
+
+
+def test_the_report_schema_describes_the_membw_data() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads((Path(bundle.__file__).parents[1] / "schema" / "report-v1.json")
+                        .read_text())
+    check = {"$ref": "#/$defs/smoke_check", "$defs": schema["$defs"]}
+    _, _, data = membw.agg_membw([_rank(0, {"passed": True, "gbps": 9.0, "host_memory": True})])
+    jsonschema.validate({"name": "membw", "passed": True, "data": data}, check)
+    with pytest.raises(jsonschema.ValidationError):  # the schema says what the data holds
+        jsonschema.validate({"name": "membw", "passed": True,
+                             "data": {"per_rank_gbps": {"0": "fast"}, "judged": False}}, check)

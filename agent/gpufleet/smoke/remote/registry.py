@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
-from . import checks, deep, deep_verdict
+from . import checks, deep, deep_verdict, membw
 
 
 def _always(c):
@@ -39,6 +39,7 @@ DEEP = (
     Check("hostdev_bw", deep.rank_hostdev_bw, deep_verdict.agg_hostdev, _gpu_ranks, False),
     Check("scaling", deep.rank_scaling, deep_verdict.agg_scaling, _always, False),
     Check("sdc", deep.rank_sdc, deep_verdict.agg_sdc, _always, False),
+    Check("membw", membw.rank_membw, membw.agg_membw, _always, False),
 )
 CHECKS = BASE + DEEP
 
