@@ -74,31 +74,8 @@ def build_command(
     """
     exp = h.spec.expect
     h.nproc = nproc
-    pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
     spec = json.dumps(levels.get(level).host_spec(), sort_keys=True, separators=(",", ":"))
-    script_args = [
-        # --opt=value: a host named "-gpu1" stays a value, never an option.
-        h.script, "--run-dir", h.run_dir, f"--level-spec={spec}", f"--host={h.spec.name}",
-        "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
-    ]  # fmt: skip
-    # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
-    script_args += ["--smi-count", str(-1 if h.gpu_count is None else h.gpu_count)]
-    if exp.gpu_count is not None:
-        script_args += ["--expect-gpus", str(exp.gpu_count)]
-    if ref:
-        script_args += ["--reference", json.dumps({str(k): v for k, v in ref.items()}),
-                        "--ref-fraction", str(REFERENCE_FRACTION)]
-    if h.expectation is not None:
-        script_args += ["--expectation", json.dumps(h.expectation.evidence(), sort_keys=True)]
-    if exp.min_busbw_gbps is not None:
-        script_args += ["--min-busbw", str(exp.min_busbw_gbps)]
-    if opts.sizes:
-        script_args += ["--sizes", ",".join(str(s) for s in opts.sizes)]
-    if opts.bw_method != "auto":
-        script_args += ["--bw-method", opts.bw_method]
-    if opts.test_hang_rank is not None:
-        script_args += ["--test-hang-rank", str(opts.test_hang_rank),
-                        "--test-hang-phase", opts.test_hang_phase]
+    script_args = _script_args(h, spec, opts, ref, timeout)
     trun = [f"--nproc_per_node={nproc}", "--max_restarts=0"]
     if rendezvous is None:
         trun += ["--standalone", "--nnodes=1"]
@@ -154,6 +131,37 @@ def build_command(
         reaper = [container_name(h)]
     return ["setsid", "-w", "sh", "-c", wrapper, "sh", *reaper, h.run_dir, str(limit),
             "timeout", "-k", str(KILL_GRACE_S), str(limit), "env", *envs, *inner]  # fmt: skip
+
+
+def _script_args(h: HostRun, spec: str, opts: SmokeOptions, ref: Mapping[int, float] | None,
+                 timeout: float) -> list[str]:
+    """The package's own arguments (after the zip's path): run dir, level row, expectations."""
+    exp = h.spec.expect
+    pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
+    script_args = [
+        # --opt=value: a host named "-gpu1" stays a value, never an option.
+        h.script, "--run-dir", h.run_dir, f"--level-spec={spec}", f"--host={h.spec.name}",
+        "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
+    ]  # fmt: skip
+    # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
+    script_args += ["--smi-count", str(-1 if h.gpu_count is None else h.gpu_count)]
+    if exp.gpu_count is not None:
+        script_args += ["--expect-gpus", str(exp.gpu_count)]
+    if ref:
+        script_args += ["--reference", json.dumps({str(k): v for k, v in ref.items()}),
+                        "--ref-fraction", str(REFERENCE_FRACTION)]
+    if h.expectation is not None:
+        script_args += ["--expectation", json.dumps(h.expectation.evidence(), sort_keys=True)]
+    if exp.min_busbw_gbps is not None:
+        script_args += ["--min-busbw", str(exp.min_busbw_gbps)]
+    if opts.sizes:
+        script_args += ["--sizes", ",".join(str(s) for s in opts.sizes)]
+    if opts.bw_method != "auto":
+        script_args += ["--bw-method", opts.bw_method]
+    if opts.test_hang_rank is not None:
+        script_args += ["--test-hang-rank", str(opts.test_hang_rank),
+                        "--test-hang-phase", opts.test_hang_phase]
+    return script_args
 
 
 def gpu_args(h: HostRun) -> list[str]:
