@@ -44,6 +44,14 @@ def test_the_zip_runs_as_a_program_from_anywhere(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "watch --run-dir D" in bad.stderr  # the launcher's usage
 
 
+def test_every_shipped_module_parses_as_python_3_8() -> None:
+    """The host's python may be 3.8 (older images): no newer syntax in what ships."""
+    import ast  # noqa: PLC0415
+
+    for path in REMOTE.glob("*.py"):
+        ast.parse(path.read_text(), filename=path.name, feature_version=(3, 8))
+
+
 def test_no_host_code_branches_on_a_level_name() -> None:
     """What a level means reaches the host as data (levels.Level.host_spec); nothing shipped
     may compare with "quick" or "full"."""
