@@ -25,7 +25,6 @@ from gpufleet.model import Facts, HostSpec, SmokeResult
 from gpufleet.probes.sections import STDERR_MARK, split_sections
 from gpufleet.smoke import bundle
 from gpufleet.smoke.command import (
-    REFERENCE_FRACTION,
     build_command,
     container_name,
     controller_timeout,
@@ -42,11 +41,7 @@ from gpufleet.smoke.hostrun import (
 from gpufleet.smoke.verdict import loads, result
 from gpufleet.transport.base import Transport, TransportError
 
-__all__ = ["CPU_RANKS", "LOG_TAIL_BYTES", "MARKER", "REFERENCE_BUSBW", "REFERENCE_FRACTION",
-           "SmokeOptions", "run_multinode", "run_smoke"]
-
-# The measured nccl-tests table is now a calibration point of the expectation model.
-REFERENCE_BUSBW = expect.MEASURED
+__all__ = ["MARKER", "SmokeOptions", "run_multinode", "run_smoke"]
 
 
 # --------------------------------------------------------------------------- public API
