@@ -40,6 +40,7 @@ from gpufleet.model import (
     SmokeResult,
     to_jsonable,
 )
+from gpufleet.probes import collect
 from gpufleet.rules import evaluate
 from gpufleet.smoke.runner import SmokeOptions, run_smoke
 from gpufleet.transport.local import LocalTransport
@@ -139,10 +140,11 @@ def main() -> int:
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         hog = start_hog(args.python, int(last), HOGS[name]) if name in HOGS else None
+        facts = collect(LocalTransport(spec), spec)  # after the hog: its process is a fact
         t = time.monotonic()
         try:
             res = run_smoke(
-                spec, LocalTransport(spec), None, level=level, timeout=args.timeout, options=opts,
+                spec, LocalTransport(spec), facts, level=level, timeout=args.timeout, options=opts,
                 force=hog is not None,
             )
         finally:

@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
 
 from gpufleet.model import Expectations, HostSpec, SmokeResult, to_jsonable
+from gpufleet.probes import collect
 from gpufleet.smoke import runner
 from gpufleet.smoke.runner import MARKER, SmokeOptions, run_smoke
 from gpufleet.transport.local import LocalTransport
@@ -141,9 +142,12 @@ def main() -> int:
         if name == "stop":
             threading.Thread(target=attack, args=(signal.SIGSTOP,),
                              kwargs={"after_start": 1.0, "record": record}, daemon=True).start()
+        # The runner judges with the host's facts; read them now, after the scenario's change
+        # (nccl-p2p edits the NCCL config the facts report).
+        facts = collect(LocalTransport(spec), spec)
         t = time.monotonic()
         try:
-            res: SmokeResult = run_smoke(spec, LocalTransport(spec), None, level=level,
+            res: SmokeResult = run_smoke(spec, LocalTransport(spec), facts, level=level,
                                          timeout=args.timeout, options=opts)
         finally:
             if name == "nccl-p2p":

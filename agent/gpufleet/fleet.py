@@ -160,8 +160,8 @@ def run_check(
                           label="check" if not multinode else "facts")
         if not multinode or not held:
             return results
-        members = [(spec, held[spec.name], results[spec.name].facts)
-                   for spec in specs if spec.name in held]
+        members = [(spec, held[spec.name], f) for spec in specs
+                   if spec.name in held and (f := results[spec.name].facts) is not None]
         names = tuple(m[0].name for m in members)
         try:
             smokes = runner.run_multinode(members, level=level, timeout=smoke_timeout)

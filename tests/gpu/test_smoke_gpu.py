@@ -1,7 +1,8 @@
 """The smoke test on a real GPU machine (device machine only: `pytest -m gpu tests/gpu`).
 
-Runs gpufleet.smoke.runner.run_smoke over the local transport with the machine's python3, one
-rank per GPU. benchmarks/smoke_device.py records the same runs with timings for results/.
+Collects the machine's facts (gpufleet.probes.collect), then runs gpufleet.smoke.runner.run_smoke
+over the local transport with the machine's python3, one rank per GPU. benchmarks/smoke_device.py
+records the same runs with timings for results/.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import pytest
 
 from gpufleet.model import Expectations, HostSpec
+from gpufleet.probes import collect
 from gpufleet.smoke.runner import run_smoke
 from gpufleet.transport.local import LocalTransport
 
@@ -30,7 +32,9 @@ def test_smoke_passes_on_every_gpu(level: str) -> None:
     gpus = _smi_count()
     spec = HostSpec(name="local", address="localhost", connection="local",
                     expect=Expectations(smoke_python=sys.executable, gpu_count=gpus))
-    res = run_smoke(spec, LocalTransport(spec), None, level=level, timeout=300)
+    facts = collect(LocalTransport(spec), spec)  # the runner judges with the host's facts
+    assert len(facts.gpus) == gpus, facts.errors
+    res = run_smoke(spec, LocalTransport(spec), facts, level=level, timeout=300)
     failed = [(c.name, c.detail) for c in res.checks if not c.passed]
     assert res.status == "pass", (res.error, failed, res.log_tail)
     assert res.backend == "nccl" and res.world_size == gpus == res.device_count

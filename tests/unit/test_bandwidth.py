@@ -144,22 +144,25 @@ def test_multinode_world_is_bounded_by_the_nics() -> None:
 
 
 def test_runner_expects_the_nic_bound_for_a_multinode_world(fixtures_dir: Path) -> None:
-    """Two hosts from preflight text (no facts): the real 2xH200 links, 1 x 100 Gb/s IB each
+    """Two hosts with the facts of the real 2xH200 capture, 1 x 100 Gb/s IB each (preflight)
     (12.5 GB/s < 478.116 NVLink): the world's expectation is the network's, 12.5 x 0.718863 =
     8.986 GB/s at 4 GiB, and it is what the command passes to the script."""
-    from gpufleet.model import HostSpec  # noqa: PLC0415
+    from gpufleet.model import Facts, Gpu, HostSpec  # noqa: PLC0415
+    from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m  # noqa: PLC0415
     from gpufleet.smoke import runner  # noqa: PLC0415
+    from gpufleet.smoke.hostrun import HostRun  # noqa: PLC0415
     from gpufleet.transport.local import LocalTransport  # noqa: PLC0415
 
     cap = fixtures_dir / "h200x2-2026-11-30"
+    facts = Facts(gpus=tuple(Gpu(index=i, name="NVIDIA H200") for i in range(2)),
+                  topology=parse_topo_m((cap / "topo-m.txt").read_text()),
+                  nvlink=parse_nvlink_status((cap / "nvlink-s.txt").read_text()))
     hosts = []
     for name in ("n1", "n2"):
         spec = HostSpec(name=name, address="10.0.0.1")
-        h = runner._Host(spec, LocalTransport(spec), None, "gfsmoke-x")
+        h = HostRun(spec, LocalTransport(spec), facts, "gfsmoke-x")
         h.gpu_names, h.gpu_count = ("NVIDIA H200",) * 2, 2
-        h.raw = {"topo": (cap / "topo-m.txt").read_text(),
-                 "nvlink": (cap / "nvlink-s.txt").read_text(),
-                 "nics": "ib mlx5_0 1 100 Gb/sec (4X EDR)"}
+        h.nics = "ib mlx5_0 1 100 Gb/sec (4X EDR)"
         hosts.append(h)
     world = expect.expect_world([(runner._expectation(h, 2), runner._links(h)) for h in hosts])
     assert world is not None and world.basis == "network" and world.raw_gbps == 12.5

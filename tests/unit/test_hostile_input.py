@@ -38,7 +38,10 @@ from gpufleet.probes.topology import parse_nvlink_status
 from gpufleet.report import Format, document, facts_table, redact, render, render_doc
 from gpufleet.report.diff import diff_reports
 from gpufleet.rules import evaluate
-from gpufleet.smoke import runner, smoke_ddp
+from gpufleet.smoke import verdict
+from gpufleet.smoke.command import build_command
+from gpufleet.smoke.hostrun import HostRun
+from gpufleet.smoke.remote import ddp as smoke_ddp
 from gpufleet.smoke.runner import SmokeOptions
 from gpufleet.transport.local import LocalTransport
 
@@ -96,10 +99,10 @@ def test_6_bad_port_in_ssh_args_exits_2_with_a_message(tmp_path: Path,
 
 def test_6_host_named_like_an_option_stays_a_value_in_the_smoke_argv() -> None:
     spec = HostSpec(name="-gpu1", address="10.0.0.1", expect=Expectations())
-    h = runner._Host(spec, LocalTransport(spec), None, "gfsmoke-test")
-    h.run_dir, h.script = "/tmp/gpufleet-smoke.abc", "/tmp/gpufleet-smoke.abc/smoke_ddp.py"
-    argv = runner._command(h, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
-                           timeout=100, rendezvous=None)
+    h = HostRun(spec, LocalTransport(spec), Facts(), "gfsmoke-test")
+    h.run_dir, h.script = "/tmp/gpufleet-smoke.abc", "/tmp/gpufleet-smoke.abc/smoke.pyz"
+    argv = build_command(h, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
+                         timeout=100, rendezvous=None)
     script_args = argv[argv.index(h.script) + 1:]
     if "--spawn" in script_args:
         script_args = script_args[script_args.index("--spawn") + 2:]
@@ -238,7 +241,7 @@ def test_13_non_finite_numbers_render_as_missing_in_every_format() -> None:
         text = render(r, fmt)
         assert "inf" not in text.lower().replace("info", "") and "nan" not in text.lower()
     # and a result.json carrying them, as a host could write it
-    parsed = runner._loads('{"busbw_gbps": {"1048576": NaN, "4294967296": 1e999, "8": 2.5}}')
+    parsed = verdict.loads('{"busbw_gbps": {"1048576": NaN, "4294967296": 1e999, "8": 2.5}}')
     assert parsed == {"busbw_gbps": {"1048576": None, "4294967296": None, "8": 2.5}}
 
 
@@ -267,7 +270,7 @@ def test_14_quoted_keys_are_redacted(text: str) -> None:
 
 def test_16_huge_rank_in_a_progress_file_is_ignored_with_a_note() -> None:
     spec = HostSpec(name="gpu1", address="10.0.0.1")
-    h = runner._Host(spec, LocalTransport(spec), None, "gfsmoke-test")
+    h = HostRun(spec, LocalTransport(spec), Facts(), "gfsmoke-test")
     h.nproc = 2
     h.files = {
         "rank0.progress": json.dumps({"rank": 0, "state": "in", "seq": 3, "phase": "ddp"}),
@@ -279,11 +282,11 @@ def test_16_huge_rank_in_a_progress_file_is_ignored_with_a_note() -> None:
     done = threading.Event()
     got: list[SmokeResult] = []
 
-    def verdict() -> None:
-        got.append(runner._result(h, [h], "quick", 1.0))
+    def judge() -> None:
+        got.append(verdict.result(h, [h], "quick", 1.0))
         done.set()
 
-    threading.Thread(target=verdict, daemon=True).start()
+    threading.Thread(target=judge, daemon=True).start()
     assert done.wait(10), "the verdict looped over the crafted rank number"
     assert got[0].hung_ranks == () or 10**12 not in got[0].hung_ranks
     assert "rank(s) 1 hung" in (got[0].error or "")
@@ -320,10 +323,10 @@ def test_17_a_parser_crash_is_a_could_not_read_error_not_a_lost_host(
 
 def test_17_an_odd_result_json_is_a_failed_run_with_the_reason() -> None:
     spec = HostSpec(name="gpu1", address="10.0.0.1")
-    h = runner._Host(spec, LocalTransport(spec), None, "gfsmoke-test")
+    h = HostRun(spec, LocalTransport(spec), Facts(), "gfsmoke-test")
     h.nproc = 2
     h.files = {"result.json": json.dumps({"status": "pass", "ranks": [{"host": "gpu1"}],
                                           "busbw_gbps": {"x": "fast"}})}
-    res = runner._result(h, [h], "quick", 1.0)
+    res = verdict.result(h, [h], "quick", 1.0)
     assert res.status == "error"
     assert "could not read result.json" in (res.error or "")

@@ -1,4 +1,4 @@
-"""smoke_deep.py's verdicts (rank 0's aggregation) and the rules that name their causes.
+"""The deep checks' verdicts (remote/deep_verdict.py, rank 0) and the rules naming their causes.
 
 The numbers are the 2xH200 anchors of REFERENCE.md and the faults they must catch; the real
 runs (CPU ranks here, GPUs under benchmarks/results) are in test_smoke_deep_runs.py.
@@ -15,8 +15,10 @@ import pytest
 
 from gpufleet.model import HostResult, Report, SmokeCheck, SmokeResult
 from gpufleet.rules import evaluate
-from gpufleet.smoke import smoke_deep, smoke_deep_verdict
-from gpufleet.smoke import smoke_deep_verdict as deep
+from gpufleet.smoke import levels
+from gpufleet.smoke.remote import deep as smoke_deep
+from gpufleet.smoke.remote import deep_verdict as deep
+from gpufleet.smoke.remote import registry
 
 H200 = "NVIDIA H200"
 GEN5X16 = {"gen_current": 5, "gen_max": 5, "width_current": 16, "width_max": 16}
@@ -27,14 +29,14 @@ def _imports(path: str) -> set[str]:
     for node in ast.walk(ast.parse(Path(path).read_text())):
         if isinstance(node, ast.Import):
             roots |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             roots.add(node.module.split(".")[0])
     return roots - set(sys.stdlib_module_names) - {"__future__"}
 
 
 def test_deep_modules_import_only_stdlib_torch_and_each_other() -> None:
-    assert _imports(smoke_deep.__file__) <= {"torch", "smoke_deep_verdict"}
-    assert _imports(smoke_deep_verdict.__file__) == set()  # the verdicts are pure
+    assert _imports(smoke_deep.__file__) <= {"torch"}
+    assert _imports(deep.__file__) == set()  # the verdicts are pure
 
 
 def _ident(rank: int, cuda: bool = True) -> dict[str, Any]:
@@ -252,10 +254,12 @@ def test_compile_fix_follows_the_error() -> None:
 
 def test_quick_level_runs_only_the_cheap_readiness(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUFLEET_SMOKE_DEEP", raising=False)
-    assert smoke_deep.selected("quick") == ["readiness"]
-    assert smoke_deep.selected("full") == ["readiness", "hostdev_bw", "scaling", "sdc"]
+    quick, full = levels.get("quick").checks, levels.get("full").checks
+    assert registry.selected(quick) == ["readiness"]
+    assert registry.selected(full) == ["readiness", "hostdev_bw", "scaling", "sdc", "membw"]
     monkeypatch.setenv("GPUFLEET_SMOKE_DEEP", "sdc,bogus")
-    assert smoke_deep.selected("full") == ["sdc"]
+    assert registry.selected(full) == ["sdc"]
+    assert registry.selected(quick) == []  # narrowing never adds a check the level lacks
 
 
 def test_readiness_fails_on_missing_cudnn_and_warns_on_env() -> None:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.smoke import smoke_launch
-from gpufleet.smoke.smoke_launch import Watchdog, exit_info, new_kernel_lines
+from gpufleet.smoke import levels
+from gpufleet.smoke.remote.launch import Watchdog, exit_info, new_kernel_lines
+
+QUICK = levels.get("quick").watchdog
 
 
 def _progress(d: Path, rank: int, seq: int, state: str, phase: str = "busbw") -> None:
@@ -21,7 +23,7 @@ def _progress(d: Path, rank: int, seq: int, state: str, phase: str = "busbw") ->
 def test_a_rank_whose_heartbeat_stopped_is_frozen(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUFLEET_SMOKE_WATCHDOG_BEAT", "2")
-    dog = Watchdog(str(tmp_path), "quick", 1)
+    dog = Watchdog(str(tmp_path), QUICK, 1)
     _progress(tmp_path, 0, 3, "in")
     beat = tmp_path / "rank0.beat"
     beat.touch()
@@ -36,7 +38,7 @@ def test_a_rank_whose_heartbeat_stopped_is_frozen(tmp_path: Path,
 def test_stall_names_the_rank_behind_once_nobody_moves(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPUFLEET_SMOKE_WATCHDOG_STALL", "1")
-    dog = Watchdog(str(tmp_path), "quick", 2)
+    dog = Watchdog(str(tmp_path), QUICK, 2)
     _progress(tmp_path, 0, 7, "out")  # rank 0 is further (its collective returned at once)
     _progress(tmp_path, 1, 5, "out", phase="allreduce_exact")
     assert dog.check({}) is None  # first sight: progress just changed
@@ -51,7 +53,7 @@ def test_level_ranks_outside_collectives_are_not_hung(tmp_path: Path,
     """All ranks doing the same slow local work (DDP import, matmul) are not a hang; the import
     phase gets 4x the stall limit."""
     monkeypatch.setenv("GPUFLEET_SMOKE_WATCHDOG_STALL", "1")
-    dog = Watchdog(str(tmp_path), "quick", 2)
+    dog = Watchdog(str(tmp_path), QUICK, 2)
     for r in (0, 1):
         _progress(tmp_path, r, 4, "out", phase="ddp")
     dog.check({})
@@ -72,4 +74,4 @@ def test_exit_info_and_new_kernel_lines() -> None:
     assert got["xid"] == ["[2] NVRM: Xid (PCI:0000:18:00): 79, x"]
     assert got["oom"] == ["[3] Out of memory: Killed process 42 (python3)"]
     assert new_kernel_lines(None, []) == {"read": False}
-    assert smoke_launch.LIMITS["quick"]["beat"] > smoke_launch.LIMITS["quick"]["stall"]
+    assert all(lv.watchdog["beat"] > lv.watchdog["stall"] for lv in levels.LEVELS.values())

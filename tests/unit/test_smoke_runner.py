@@ -17,19 +17,24 @@ from gpufleet.model import (
     Gpu,
     GpuProcess,
     HostSpec,
+    Topology,
 )
-from gpufleet.smoke import command, runner
+from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m
+from gpufleet.smoke import command, levels, runner, verdict
+from gpufleet.smoke.command import build_command
+from gpufleet.smoke.hostrun import HostRun
 from gpufleet.smoke.runner import MARKER, SmokeOptions, run_multinode, run_smoke
 from gpufleet.transport.local import LocalTransport
 
 MIB = 1 << 20
 
 
-def _host(name: str = "gpu01", address: str = "10.0.0.1", **expect: object) -> runner._Host:
+def _host(name: str = "gpu01", address: str = "10.0.0.1", facts: Facts | None = None,
+          **expect: object) -> HostRun:
     spec = HostSpec(name=name, address=address, expect=Expectations(**expect))  # type: ignore[arg-type]
-    h = runner._Host(spec, LocalTransport(spec), None, "gfsmoke-test")
+    h = HostRun(spec, LocalTransport(spec), facts or Facts(), "gfsmoke-test")
     h.run_dir = "/tmp/gpufleet-smoke.abc"
-    h.script = "/tmp/gpufleet-smoke.abc/smoke_ddp.py"
+    h.script = "/tmp/gpufleet-smoke.abc/smoke.pyz"
     return h
 
 
@@ -65,39 +70,45 @@ def _live_smoke_pids() -> list[int]:
 
 def test_topology_of_the_real_h200_capture_is_nv18(fixtures_dir: Path) -> None:
     text = (fixtures_dir / "h200x2-2026-11-30" / "topo-m.txt").read_text()
-    links = runner._parse_topo(text)
-    assert links["GPU0"]["GPU1"] == "NV18"
-    assert runner._uniform_link(links) == "NV18"
+    topology = parse_topo_m(text)
+    assert topology.links["GPU0"]["GPU1"] == "NV18"
+    assert runner._uniform_link(topology) == "NV18"
 
 
 def test_mixed_links_give_no_reference_key() -> None:
     links = {"GPU0": {"GPU0": "X", "GPU1": "NV18", "GPU2": "SYS"},
              "GPU1": {"GPU0": "NV18", "GPU1": "X", "GPU2": "SYS"}}
-    assert runner._uniform_link(links) is None
+    assert runner._uniform_link(Topology(links=links)) is None
 
 
 def test_reference_is_the_measured_table_on_the_measured_configuration(
         fixtures_dir: Path) -> None:
-    """Preflight text of the real 2xH200 host (no facts): the expectation is the measured
-    nccl-tests table itself; one rank measures nothing; without the links there is none."""
-    cap = fixtures_dir / "h200x2-2026-11-30"
-    h = _host()
+    """Facts of the real 2xH200 host: the expectation is the measured nccl-tests table itself;
+    one rank measures nothing; without the links there is none."""
+    h = _host(facts=h200_facts(fixtures_dir))
     h.gpu_names, h.gpu_count = ("NVIDIA H200", "NVIDIA H200"), 2
-    h.raw = {"topo": (cap / "topo-m.txt").read_text(), "nvlink": (cap / "nvlink-s.txt").read_text(),
-             "pcie": "0,NVIDIA H200,5,16\n1,NVIDIA H200,5,16"}
     ref = runner._reference(h, 2)
     assert ref is not None and ref[4096 * MIB] == 343.7 and ref[256 * MIB] == 298.3
     assert h.expectation is not None and h.expectation.basis == "nvlink"
     assert runner._reference(h, 1) is None  # one rank: no bandwidth to expect
-    h.raw = {}
+    h.facts = Facts(gpus=tuple(Gpu(index=g.index, name=g.name) for g in h.facts.gpus))
     assert runner._reference(h, 2) is None  # neither NVLink nor PCIe facts: nothing to go on
+
+
+def h200_facts(fixtures_dir: Path) -> Facts:
+    """The facts of the captured 2xH200 host that the expectation reads (topology, NVLink, PCIe)."""
+    cap = fixtures_dir / "h200x2-2026-11-30"
+    gpus = tuple(Gpu(index=i, name="NVIDIA H200", pcie_gen_current=5, pcie_width_current=16)
+                 for i in range(2))
+    return Facts(gpus=gpus, topology=parse_topo_m((cap / "topo-m.txt").read_text()),
+                 nvlink=parse_nvlink_status((cap / "nvlink-s.txt").read_text()))
 
 
 def test_hung_rank_is_the_one_behind_the_waiters() -> None:
     # What the gloo hang run wrote: rank 0 timed out inside collective 3, rank 1 never entered it.
     progress = {0: {"state": "error", "seq": 3, "phase": "allreduce_exact", "host": "a"},
                 1: {"state": "out", "seq": 2, "phase": "allreduce_exact", "host": "a"}}
-    hung, why = runner._hung_ranks(progress, {}, 2)
+    hung, why = verdict.hung_ranks(progress, {}, 2)
     assert hung == [1]
     assert "rank(s) 1 hung (before collective #3 in phase allreduce_exact on a)" in why
     assert "rank(s) 0 waited" in why
@@ -105,14 +116,14 @@ def test_hung_rank_is_the_one_behind_the_waiters() -> None:
 
 def test_all_ranks_inside_one_collective_is_a_collective_hang() -> None:
     progress = {r: {"state": "in", "seq": 7, "phase": "busbw", "host": "a"} for r in range(2)}
-    hung, why = runner._hung_ranks(progress, {}, 2)
+    hung, why = verdict.hung_ranks(progress, {}, 2)
     assert hung == [0, 1]
     assert "stuck together (inside collective #7 in phase busbw" in why
 
 
 def test_a_rank_that_never_started_is_the_hung_one() -> None:
     progress = {0: {"state": "in", "seq": 1, "phase": "init", "host": "a"}}
-    hung, why = runner._hung_ranks(progress, {}, 2)
+    hung, why = verdict.hung_ranks(progress, {}, 2)
     assert hung == [1]
     assert "never reported progress" in why
 
@@ -131,7 +142,7 @@ def test_version_mismatch_message_names_hosts_and_versions() -> None:
 def test_host_command_spawns_ranks_in_its_own_session_with_the_marker() -> None:
     h = _host(smoke_python="/opt/venv/bin/python", gpu_count=2)
     h.gpu_count = 2
-    argv = runner._command(h, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
+    argv = build_command(h, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
                            timeout=100, rendezvous=None)
     assert argv[:3] == ["setsid", "-w", "sh"]
     i = argv.index("timeout")
@@ -149,15 +160,16 @@ def test_host_command_spawns_ranks_in_its_own_session_with_the_marker() -> None:
 
 def test_host_command_can_still_use_torchrun() -> None:
     h = _host(smoke_python="/opt/venv/bin/python", gpu_count=2)
-    argv = runner._command(h, level="quick", opts=SmokeOptions(launcher="torchrun"), nproc=2,
+    argv = build_command(h, level="quick", opts=SmokeOptions(launcher="torchrun"), nproc=2,
                            ref=None, timeout=100, rendezvous=None)
     j = argv.index("/opt/venv/bin/python")
-    # torchrun runs under the launcher's watchdog (smoke_launch.py --watch -- torchrun ...)
-    assert argv[j + 1] == "/tmp/gpufleet-smoke.abc/smoke_launch.py"
+    # torchrun runs under the package's watchdog (smoke.pyz watch ... -- torchrun ...), which
+    # gets the level's row as data
+    spec = json.dumps(levels.get("quick").host_spec(), sort_keys=True, separators=(",", ":"))
     k = argv.index("--")
-    assert argv[j + 1:k] == ["/tmp/gpufleet-smoke.abc/smoke_launch.py", "--run-dir",
-                             "/tmp/gpufleet-smoke.abc", "--level", "quick", "--nproc", "2",
-                             "--watch"]
+    assert argv[j + 1:k] == ["/tmp/gpufleet-smoke.abc/smoke.pyz", "watch", "--run-dir",
+                             "/tmp/gpufleet-smoke.abc", f"--level-spec={spec}", "--nproc", "2"]
+    assert json.loads(spec)["watchdog"] == {"stopped": 3.0, "stall": 15.0, "beat": 25.0}
     assert argv[k + 1:k + 4] == ["/opt/venv/bin/python", "-m", "torch.distributed.run"]
     assert "--standalone" in argv and "--nproc_per_node=2" in argv and "--spawn" not in argv
 
@@ -166,7 +178,7 @@ def test_docker_command_pins_the_image_digest() -> None:
     h = _host(pytorch_image="registry.example/nvidia/pytorch:25.10-py3",
               pytorch_image_digest="sha256:" + "a" * 64)
     h.runtime, h.gpu_count = "docker", 8
-    argv = runner._command(h, level="full", opts=SmokeOptions(), nproc=8, ref=None,
+    argv = build_command(h, level="full", opts=SmokeOptions(), nproc=8, ref=None,
                            timeout=600, rendezvous=None)
     d = argv.index("docker")
     docker = argv[d:]
@@ -178,7 +190,8 @@ def test_docker_command_pins_the_image_digest() -> None:
     image = "registry.example/nvidia/pytorch:25.10-py3@sha256:" + "a" * 64
     k = docker.index("--")
     assert docker[docker.index(image) + 1:docker.index(image) + 3] == [
-        "python3", "/tmp/gpufleet-smoke.abc/smoke_launch.py"]
+        "python3", "/tmp/gpufleet-smoke.abc/smoke.pyz"]
+    assert docker[docker.index(image) + 3] == "watch"
     assert docker[k + 1] == "torchrun"
     assert docker[docker.index("--name") + 1] == "gfsmoke-test-gpu01"
 
@@ -187,7 +200,7 @@ def test_docker_command_passes_gpus_only_where_the_host_has_them() -> None:
     def docker_argv(gpus: int, runtimes: tuple[str, ...]) -> list[str]:
         h = _host(pytorch_image="registry.example/x:1", pytorch_image_digest="sha256:" + "a" * 64)
         h.runtime, h.gpu_count, h.runtimes = "docker", gpus, runtimes
-        argv = runner._command(h, level="quick", opts=SmokeOptions(), nproc=max(gpus, 2),
+        argv = build_command(h, level="quick", opts=SmokeOptions(), nproc=max(gpus, 2),
                                ref=None, timeout=60, rendezvous=None)
         return argv[argv.index("docker"):]
 
@@ -203,9 +216,9 @@ def test_docker_command_passes_gpus_only_where_the_host_has_them() -> None:
 def test_multinode_command_uses_c10d_on_the_first_host_over_loopback() -> None:
     first, other = _host("n1", "127.0.0.2"), _host("n2", "127.0.0.3")
     rdzv = {"endpoint": "127.0.0.2:29999", "id": "gfsmoke-test", "nnodes": 2}
-    a = runner._command(first, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
+    a = build_command(first, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
                         timeout=120, rendezvous={**rdzv, "is_host": True})
-    b = runner._command(other, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
+    b = build_command(other, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
                         timeout=120, rendezvous={**rdzv, "is_host": False})
     for argv, is_host, addr in ((a, 1, "127.0.0.2"), (b, 0, "127.0.0.3")):
         assert "--rdzv_backend=c10d" in argv and "--nnodes=2" in argv
@@ -219,11 +232,11 @@ def test_local_addr_only_where_torchrun_has_it() -> None:
     h = _host("n1", "127.0.0.2")
     rdzv = {"endpoint": "127.0.0.2:29999", "id": "x", "nnodes": 2, "is_host": True}
     h.versions = {"torch": "2.1.2+cu121"}
-    old = runner._command(h, level="quick", opts=SmokeOptions(), nproc=1, ref=None,
+    old = build_command(h, level="quick", opts=SmokeOptions(), nproc=1, ref=None,
                           timeout=60, rendezvous=rdzv)
     assert not any(a.startswith("--local_addr") for a in old)
-    assert runner._torch_at_least("2.11.0+cu130", (2, 2))
-    assert not runner._torch_at_least("2.1.2", (2, 2))
+    assert command.torch_at_least("2.11.0+cu130", (2, 2))
+    assert not command.torch_at_least("2.1.2", (2, 2))
 
 
 def test_options_from_env() -> None:
@@ -249,7 +262,7 @@ def test_multinode_result_carries_world_checks_and_this_hosts_bandwidth() -> Non
     }
     a.files = {"result.json": json.dumps(result), "log": "tail"}
     a.launch = b.launch = CommandResult(rc=0, stdout="", stderr="", duration_s=3.0)
-    res = runner._result(b, [a, b], "quick", 4.0)
+    res = verdict.result(b, [a, b], "quick", 4.0)
     assert res.status == "pass" and res.world_size == 4 and res.hosts == ("n1", "n2")
     assert res.busbw_gbps == {65536: 2.5}
     assert res.matmul_tflops == {0: 0.3, 1: 0.4}
@@ -335,14 +348,14 @@ def test_the_controllers_timeout_is_named_with_the_host_when_only_it_fired() -> 
                "rank1.progress": json.dumps({"rank": 1, "state": "before", "seq": 2,
                                              "phase": "ddp"})}
     h.launch = CommandResult(rc=None, stdout="", stderr="", duration_s=185.04, timed_out=True)
-    res = runner._result(h, [h], "quick", 190.0)
+    res = verdict.result(h, [h], "quick", 190.0)
     assert res.status == "timeout" and res.hung_ranks == (1,)
     assert "the controller's timeout fired on gpu01 after 185.0 s" in (res.error or "")
     assert "host-side" not in (res.error or "")
     assert res.causes["controller_timeout"] == {"hosts": {"gpu01": 185.0}, "fired": True}
     # both fired (the exit record came back late): the host-side deadline first, both named
     h.files["exit"] = "rc=124 start=100 end=210 limit=110"
-    res = runner._result(h, [h], "quick", 190.0)
+    res = verdict.result(h, [h], "quick", 190.0)
     assert ("the host-side deadline fired on gpu01 (110 s of 110 s); the controller's timeout "
             "also fired on gpu01 after 185.0 s") in (res.error or "")
 

@@ -1,7 +1,8 @@
-"""smoke_ddp.py's pure parts: version formats, the bandwidth verdict, the world aggregation.
+"""The host-side package's pure parts: version formats, the bandwidth verdict, the world
+aggregation (smoke/remote/: versions.py, busbw.py, world.py).
 
-The script runs on hosts under torchrun; these tests import it as a module (torch is imported
-only inside main), and the real runs are in test_smoke_runner.py and tests/fleet.
+The package runs on hosts under torchrun; these tests import its modules (torch is imported
+only inside ddp.main), and the real runs are in test_smoke_runner.py and tests/fleet.
 """
 
 from __future__ import annotations
@@ -9,40 +10,33 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
-from gpufleet.smoke import smoke_ddp
+from gpufleet.smoke.remote import busbw, ddp, versions, world
 
 MIB = 1 << 20
 REF = {1 * MIB: 66.6, 64 * MIB: 267.8, 256 * MIB: 298.3}
 
 
-@pytest.fixture(autouse=True)
-def args(tmp_path: Path) -> None:
-    smoke_ddp.ARGS = smoke_ddp.parse_args(["--run-dir", str(tmp_path)])
-
-
-def test_script_imports_only_stdlib_and_torch() -> None:
-    tree = ast.parse(Path(smoke_ddp.__file__).read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            roots.add(node.module.split(".")[0])
+def test_package_imports_only_stdlib_torch_and_itself() -> None:
+    """Every module shipped to the host: the stdlib, torch, and its siblings (relative)."""
     import sys  # noqa: PLC0415
 
-    # smoke_deep ships beside it (stdlib + torch as well: test_smoke_deep.py)
-    assert roots - set(sys.stdlib_module_names) - {"__future__"} == {"torch", "smoke_deep"}
+    for path in Path(ddp.__file__).parent.glob("*.py"):
+        roots = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                roots |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                roots.add(node.module.split(".")[0])
+        assert roots - set(sys.stdlib_module_names) - {"__future__"} <= {"torch"}, path.name
 
 
 def test_nccl_and_cudnn_version_codes() -> None:
-    assert smoke_ddp.fmt_nccl((2, 28, 9)) == "2.28.9"
-    assert smoke_ddp.fmt_nccl(22809) == "2.28.9"  # NCCL >= 2.9: major*10000 + minor*100 + patch
-    assert smoke_ddp.fmt_nccl(2708) == "2.7.8"  # before: major*1000 + minor*100 + patch
-    assert smoke_ddp.fmt_cudnn(91900) == "9.19.0"
-    assert smoke_ddp.fmt_cudnn(8902) == "8.9.2"
-    assert smoke_ddp.fmt_cudnn(None) is None
+    assert versions.fmt_nccl((2, 28, 9)) == "2.28.9"
+    assert versions.fmt_nccl(22809) == "2.28.9"  # NCCL >= 2.9: major*10000 + minor*100 + patch
+    assert versions.fmt_nccl(2708) == "2.7.8"  # before: major*1000 + minor*100 + patch
+    assert versions.fmt_cudnn(91900) == "9.19.0"
+    assert versions.fmt_cudnn(8902) == "8.9.2"
+    assert versions.fmt_cudnn(None) is None
 
 
 def _bw(**gbps: float) -> dict[int, dict[str, float]]:
@@ -51,7 +45,7 @@ def _bw(**gbps: float) -> dict[int, dict[str, float]]:
 
 
 def test_busbw_passes_near_the_reference() -> None:
-    ok, detail, data = smoke_ddp.busbw_verdict(_bw(m1=59.2, m64=261.6, m256=292.6), REF, None, 0.8)
+    ok, detail, data = busbw.busbw_verdict(_bw(m1=59.2, m64=261.6, m256=292.6), REF, None, 0.8)
     assert ok, detail
     assert data["basis"] == "reference"
     assert round(data["sizes"][str(64 * MIB)]["pct_of_reference"], 1) == 97.7
@@ -59,15 +53,15 @@ def test_busbw_passes_near_the_reference() -> None:
 
 def test_busbw_fails_without_p2p() -> None:
     # The NCCL_P2P_DISABLE=1 run on the 2xH200 machine (benchmarks/results).
-    ok, detail, _ = smoke_ddp.busbw_verdict(_bw(m1=15.8, m64=26.7, m256=27.2), REF, None, 0.8)
+    ok, detail, _ = busbw.busbw_verdict(_bw(m1=15.8, m64=26.7, m256=27.2), REF, None, 0.8)
     assert not ok
     assert "64 MiB: 26.7 GB/s is 10% of the reference 267.8 GB/s" in detail
 
 
 def test_busbw_floor_applies_to_the_largest_size() -> None:
-    ok, detail, _ = smoke_ddp.busbw_verdict(_bw(m1=50.0, m256=290.0), None, 300.0, 0.8)
+    ok, detail, _ = busbw.busbw_verdict(_bw(m1=50.0, m256=290.0), None, 300.0, 0.8)
     assert not ok and "256 MiB: 290.0 GB/s is below the floor of 300.0 GB/s" in detail
-    ok, detail, data = smoke_ddp.busbw_verdict(_bw(m1=50.0, m256=290.0), None, None, 0.8)
+    ok, detail, data = busbw.busbw_verdict(_bw(m1=50.0, m256=290.0), None, None, 0.8)
     assert ok and data["basis"] is None and "recorded, not judged" in detail
 
 
@@ -84,7 +78,7 @@ def _rank(rank: int, *, torch_count: int = 2, smi: int | None = 2, nccl: str = "
 
 
 def _checks(ranks: list[dict]) -> dict[str, dict]:
-    checks, _ = smoke_ddp.aggregate(ranks, None, {})
+    checks, _ = world.aggregate(ranks, None, ddp.parse_args(["--run-dir", "/nonexistent"]))
     return {c["name"]: c for c in checks}
 
 

@@ -213,7 +213,7 @@ def run_localize(
         for name, ex in excluded.items():
             say(f"{name} left out ({ex.status}): {ex.reason}")
         hosts = [s.name for s in specs if s.name in held and s.name not in excluded]
-        facts: dict[str, Facts | None] = {n: results[n].facts for n in hosts}
+        facts: dict[str, Facts] = {n: f for n in hosts if (f := results[n].facts) is not None}
 
         def run(names: tuple[str, ...]) -> Measured:
             members = [(by_name[n], held[n], facts[n]) for n in names]

@@ -1,6 +1,7 @@
-"""The DDP/NCCL smoke test: smoke_ddp.py runs on the host under torchrun; runner.py drives it.
+"""The DDP/NCCL smoke test: remote/ runs on the host (shipped as one zip, bundle.py) under torchrun
+or its own launcher; runner.py drives it, levels.py says what each level means.
 
-Importing this package never imports torch: only the shipped script does, on the host.
+Importing this package never imports torch: only the shipped package does, on the host.
 """
 
 from gpufleet.smoke.runner import SmokeOptions, run_multinode, run_smoke

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpufleet.smoke import levels
 from gpufleet.smoke.hostrun import LABEL, MARKER, HostRun, SmokeOptions
 
 # Sizes >= 64 MiB must reach this fraction of the expectation (the check, not the benchmark goal).
@@ -66,33 +67,15 @@ def build_command(
     timeout: float,
     rendezvous: Mapping[str, Any] | None,
 ) -> list[str]:
-    """The full argv: setsid → sh (records pgid, redirects to log) → timeout → env → launcher."""
+    """The full argv: setsid → sh (records pgid, redirects to log) → timeout → env → launcher.
+
+    h.script is the shipped package (smoke/bundle.py); the level's row of smoke/levels.py goes
+    to it, and to its watchdog, as one JSON argument.
+    """
     exp = h.spec.expect
     h.nproc = nproc
-    pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
-    script_args = [
-        # --opt=value: a host named "-gpu1" stays a value, never an option.
-        h.script, "--run-dir", h.run_dir, "--level", level, f"--host={h.spec.name}",
-        "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
-    ]  # fmt: skip
-    # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
-    script_args += ["--smi-count", str(-1 if h.gpu_count is None else h.gpu_count)]
-    if exp.gpu_count is not None:
-        script_args += ["--expect-gpus", str(exp.gpu_count)]
-    if ref:
-        script_args += ["--reference", json.dumps({str(k): v for k, v in ref.items()}),
-                        "--ref-fraction", str(REFERENCE_FRACTION)]
-    if h.expectation is not None:
-        script_args += ["--expectation", json.dumps(h.expectation.evidence(), sort_keys=True)]
-    if exp.min_busbw_gbps is not None:
-        script_args += ["--min-busbw", str(exp.min_busbw_gbps)]
-    if opts.sizes:
-        script_args += ["--sizes", ",".join(str(s) for s in opts.sizes)]
-    if opts.bw_method != "auto":
-        script_args += ["--bw-method", opts.bw_method]
-    if opts.test_hang_rank is not None:
-        script_args += ["--test-hang-rank", str(opts.test_hang_rank),
-                        "--test-hang-phase", opts.test_hang_phase]
+    spec = json.dumps(levels.get(level).host_spec(), sort_keys=True, separators=(",", ":"))
+    script_args = _script_args(h, spec, opts, ref, timeout)
     trun = [f"--nproc_per_node={nproc}", "--max_restarts=0"]
     if rendezvous is None:
         trun += ["--standalone", "--nnodes=1"]
@@ -112,9 +95,9 @@ def build_command(
     )
     if iface:
         env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
-    # torchrun (multinode, images) runs under the watchdog of smoke_launch.py, beside the script.
-    watch = [launcher_path(h), "--run-dir", h.run_dir, "--level", level, "--nproc", str(nproc),
-             "--watch", "--"]
+    # torchrun (multinode, images) runs under the package's watchdog (remote/launch.py).
+    watch = [h.script, "watch", "--run-dir", h.run_dir, f"--level-spec={spec}",
+             "--nproc", str(nproc), "--"]
     if h.runtime == "docker":
         name = container_name(h)
         inner = [
@@ -150,6 +133,37 @@ def build_command(
             "timeout", "-k", str(KILL_GRACE_S), str(limit), "env", *envs, *inner]  # fmt: skip
 
 
+def _script_args(h: HostRun, spec: str, opts: SmokeOptions, ref: Mapping[int, float] | None,
+                 timeout: float) -> list[str]:
+    """The package's own arguments (after the zip's path): run dir, level row, expectations."""
+    exp = h.spec.expect
+    pg_timeout = opts.pg_timeout or max(10.0, min(120.0, timeout / 4))
+    script_args = [
+        # --opt=value: a host named "-gpu1" stays a value, never an option.
+        h.script, "--run-dir", h.run_dir, f"--level-spec={spec}", f"--host={h.spec.name}",
+        "--pg-timeout", f"{pg_timeout:g}", "--deadline-in", f"{timeout + 15:g}",
+    ]  # fmt: skip
+    # -1: nvidia-smi could not be read; the script then reports that instead of asking again.
+    script_args += ["--smi-count", str(-1 if h.gpu_count is None else h.gpu_count)]
+    if exp.gpu_count is not None:
+        script_args += ["--expect-gpus", str(exp.gpu_count)]
+    if ref:
+        script_args += ["--reference", json.dumps({str(k): v for k, v in ref.items()}),
+                        "--ref-fraction", str(REFERENCE_FRACTION)]
+    if h.expectation is not None:
+        script_args += ["--expectation", json.dumps(h.expectation.evidence(), sort_keys=True)]
+    if exp.min_busbw_gbps is not None:
+        script_args += ["--min-busbw", str(exp.min_busbw_gbps)]
+    if opts.sizes:
+        script_args += ["--sizes", ",".join(str(s) for s in opts.sizes)]
+    if opts.bw_method != "auto":
+        script_args += ["--bw-method", opts.bw_method]
+    if opts.test_hang_rank is not None:
+        script_args += ["--test-hang-rank", str(opts.test_hang_rank),
+                        "--test-hang-phase", opts.test_hang_phase]
+    return script_args
+
+
 def gpu_args(h: HostRun) -> list[str]:
     """GPUs into the container only where the host has them (CPU hosts: none, gloo). Unlimited
     locked memory is for NCCL's pinned buffers; raising the hard limit needs CAP_SYS_RESOURCE,
@@ -158,12 +172,6 @@ def gpu_args(h: HostRun) -> list[str]:
         return []
     nvidia = ["--runtime=nvidia"] if "nvidia" in h.runtimes else []
     return ["--gpus", "all", *nvidia, "--ulimit", "memlock=-1"]
-
-
-def launcher_path(h: HostRun) -> str:
-    """smoke_launch.py sits beside the script wherever the script is (run dir or package)."""
-    return h.script.rsplit("/", 1)[0] + "/smoke_launch.py" if "/" in h.script else \
-        "smoke_launch.py"
 
 
 def torch_at_least(version: str | None, want: tuple[int, int]) -> bool:

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.model import CommandResult, Facts, HostSpec
+from gpufleet.bandwidth import LinkBound
+from gpufleet.model import CommandResult, Facts, HostSpec, NcclConfig
 from gpufleet.transport.base import Transport
 
 MARKER = "GPUFLEET_SMOKE_RUN"
@@ -26,7 +27,7 @@ class SmokeOptions:
     test_hang_phase: str = "allreduce_exact"
     bw_method: str = "auto"  # auto|graph|loop: how small all-reduces are launched (see script)
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for the ranks
-    launcher: str = "auto"  # auto: the script's --spawn on one node with host python; torchrun
+    launcher: str = "auto"  # auto: the package's --spawn on one node with host python; torchrun
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> SmokeOptions:
@@ -42,7 +43,7 @@ class SmokeOptions:
             test_hang_rank=int(rank) if rank else None,
             test_hang_phase=ph or "allreduce_exact",
             launcher=environ.get("GPUFLEET_SMOKE_LAUNCHER", "auto"),
-            # the launcher's watchdog limits (smoke_launch.LIMITS) reach the ranks' environment
+            # the launcher's watchdog limits (smoke.levels, `watchdog`) reach the ranks' environment
             env={k: v for k, v in environ.items() if k.startswith("GPUFLEET_SMOKE_WATCHDOG_")},
         )
 
@@ -53,7 +54,7 @@ class HostRun:
 
     spec: HostSpec
     transport: Transport
-    facts: Facts | None
+    facts: Facts  # from gpufleet.probes.collect
     run_id: str
     run_dir: str = ""
     gpu_count: int | None = None  # nvidia-smi's count; None = unknown
@@ -69,8 +70,7 @@ class HostRun:
     files: dict[str, str] = field(default_factory=dict)
     leftover: str = ""
     error: str | None = None
-    # Preflight text when there are no facts: `nvidia-smi nvlink -s`, `topo -m`, PCIe query.
-    raw: dict[str, str] = field(default_factory=dict)
-    expectation: Any = None  # gpufleet.bandwidth.LinkBound, or None (no GPUs, unknown topology)
-    nccl: Any = None  # gpufleet.model.NcclConfig read on the host, or None
+    nics: str = ""  # the preflight's NIC rates ("ib DEV PORT RATE" lines) for the expectation
+    expectation: LinkBound | None = None  # None: no GPUs, or unknown topology
+    nccl: NcclConfig | None = None  # NCCL settings: the facts', or read by the preflight
     ended_by_runner: str = ""  # multinode: why the runner ended this host's part early

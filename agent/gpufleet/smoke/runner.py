@@ -1,7 +1,8 @@
-"""Run smoke_ddp.py on a host, or on a group of hosts as one world, and read back its verdict.
+"""Run the smoke test on a host, or on a group of hosts as one world, and read back its verdict.
 
-Per host: one preflight command (run dir, and what `facts` lacks: GPU list, compute processes,
-topology, docker runtimes), the script copied over the same transport, then torchrun in its own
+Per host (its facts already collected by gpufleet.probes): one preflight command (run dir, NIC
+rates, and docker runtimes or NCCL settings where the facts lack them), the host-side package
+copied over the same transport as one zip (smoke/bundle.py), then torchrun in its own
 session (`setsid`) under a host-side `timeout`, every process marked with GPUFLEET_SMOKE_RUN=<id>.
 Afterwards, always, one cleanup command kills the session and anything still carrying the marker
 (torchrun starts its workers in sessions of their own, so a group kill alone misses them), checks
@@ -13,25 +14,22 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from gpufleet import bandwidth as expect  # the busbw model (was gpufleet.expect)
-from gpufleet.model import Facts, HostSpec, SmokeResult
+from gpufleet.model import Facts, HostSpec, SmokeResult, Topology
 from gpufleet.probes import nccl as ncclconf
-from gpufleet.probes.topology import parse_nvlink_status
+from gpufleet.probes.sections import STDERR_MARK, split_sections
+from gpufleet.smoke import bundle
 from gpufleet.smoke.command import (
-    REFERENCE_FRACTION,
     build_command,
     container_name,
     controller_timeout,
     python_argv,
-    torch_at_least,
 )
 from gpufleet.smoke.hostrun import (
     CPU_RANKS,
@@ -41,25 +39,10 @@ from gpufleet.smoke.hostrun import (
     HostRun,
     SmokeOptions,
 )
-from gpufleet.smoke.verdict import hung_ranks, loads, result
+from gpufleet.smoke.verdict import loads, result
 from gpufleet.transport.base import Transport, TransportError
 
-__all__ = ["CPU_RANKS", "LOG_TAIL_BYTES", "MARKER", "REFERENCE_BUSBW", "REFERENCE_FRACTION",
-           "SmokeOptions", "run_multinode", "run_smoke"]
-
-SCRIPT = Path(__file__).with_name("smoke_ddp.py")
-LAUNCHER = Path(__file__).with_name("smoke_launch.py")
-DEEP = (SCRIPT.with_name("smoke_deep.py"), SCRIPT.with_name("smoke_deep_verdict.py"))
-# The measured nccl-tests table is now a calibration point of the expectation model.
-REFERENCE_BUSBW = expect.MEASURED
-_Host = HostRun  # the tests' name for it
-_command = build_command
-_container = container_name
-_python = python_argv
-_torch_at_least = torch_at_least
-_hung_ranks = hung_ranks
-_result = result
-_loads = loads
+__all__ = ["MARKER", "SmokeOptions", "run_multinode", "run_smoke"]
 
 
 # --------------------------------------------------------------------------- public API
@@ -68,17 +51,20 @@ _loads = loads
 def run_smoke(
     spec: HostSpec,
     transport: Transport,
-    facts: Facts | None,
+    facts: Facts,
     *,
     level: str = "quick",
     timeout: float = 300.0,
     force: bool = False,
     options: SmokeOptions | None = None,
 ) -> SmokeResult:
-    """The smoke test on one host, one rank per GPU (or CPU_RANKS gloo ranks without GPUs)."""
+    """The smoke test on one host, one rank per GPU (or CPU_RANKS gloo ranks without GPUs).
+
+    `facts`: the host's, from gpufleet.probes.collect (GPUs, processes, topology, docker).
+    """
     opts = options if options is not None else SmokeOptions.from_env(os.environ)
     started = time.monotonic()
-    h = _Host(spec, transport, facts, _new_run_id())
+    h = HostRun(spec, transport, facts, _new_run_id())
     try:
         early = _start_single(h, level, opts, timeout, force)
     except BaseException:
@@ -86,11 +72,11 @@ def run_smoke(
         _cleanup(h, quiet=True)
         raise
     _cleanup(h, quiet=early is not None)
-    return early or _result(h, [h], level, time.monotonic() - started)
+    return early or result(h, [h], level, time.monotonic() - started)
 
 
 def _start_single(
-    h: _Host, level: str, opts: SmokeOptions, timeout: float, force: bool
+    h: HostRun, level: str, opts: SmokeOptions, timeout: float, force: bool
 ) -> SmokeResult | None:
     """Preflight and launch on one host; a SmokeResult when it must not (or could not) run."""
     try:
@@ -108,14 +94,14 @@ def _start_single(
         )  # fmt: skip
     _upload(h)
     nproc = _nproc(h, opts)
-    argv = _command(h, level=level, opts=opts, nproc=nproc, ref=_reference(h, nproc),
+    argv = build_command(h, level=level, opts=opts, nproc=nproc, ref=_reference(h, nproc),
                     timeout=timeout, rendezvous=None)
     _launch(h, argv, timeout)
     return None
 
 
 def run_multinode(
-    members: Sequence[tuple[HostSpec, Transport, Facts | None]],
+    members: Sequence[tuple[HostSpec, Transport, Facts]],
     *,
     level: str = "quick",
     timeout: float = 600.0,
@@ -136,7 +122,7 @@ def run_multinode(
     opts = options if options is not None else SmokeOptions.from_env(os.environ)
     started = time.monotonic()
     run_id = _new_run_id()
-    hosts = [_Host(s, t, f, run_id) for s, t, f in members]
+    hosts = [HostRun(s, t, f, run_id) for s, t, f in members]
     if not hosts:
         return {}
     known = {n: dict(v) for n, v in (versions or {}).items() if v}
@@ -173,7 +159,7 @@ def run_multinode(
             h.expectation = world
         ref = dict(world.busbw_gbps) if world is not None else None
         argvs = {
-            h.spec.name: _command(h, level=level, opts=opts, nproc=nproc, ref=ref,
+            h.spec.name: build_command(h, level=level, opts=opts, nproc=nproc, ref=ref,
                                   timeout=timeout, rendezvous={**rdzv, "is_host": h is first})
             for h in hosts
         }  # fmt: skip
@@ -183,41 +169,29 @@ def run_multinode(
         raise
     _each(hosts, _cleanup)
     elapsed = time.monotonic() - started
-    return {h.spec.name: _result(h, hosts, level, elapsed) for h in hosts}
+    return {h.spec.name: result(h, hosts, level, elapsed) for h in hosts}
 
 
 # --------------------------------------------------------------------------- steps
 
+# Sections in the probe's format (`==gpufleet== NAME rc=N`, gpufleet.probes.sections); the
+# facts already hold the GPUs, processes and topology. $1: docker runtimes wanted, $2: NCCL
+# settings wanted, $3: the run id.
 _PREFLIGHT = r"""
-d=$(mktemp -d "/tmp/gpufleet-smoke.$4.XXXXXXXX") || exit 90
-echo "@@gpufleet rundir"; echo "$d"
+d=$(mktemp -d "/tmp/gpufleet-smoke.$3.XXXXXXXX") || exit 90
+printf '==gpufleet== rundir rc=0\n%s\n' "$d"
 to=""; command -v timeout >/dev/null 2>&1 && to="timeout -k 2 20"
 if [ "$1" = 1 ]; then
-  echo "@@gpufleet gpus"
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    $to nvidia-smi --query-gpu=index,name,pcie.link.gen.current,pcie.link.width.current \
-      --format=csv,noheader,nounits || echo "@@gpufleet gpus-failed $?"
-    echo "@@gpufleet apps"
-    $to nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid --format=csv,noheader
-    echo "@@gpufleet topo"
-    $to nvidia-smi topo -m
-    echo "@@gpufleet nvlink"
-    $to nvidia-smi nvlink -s
-    echo "@@gpufleet lspci"
-    $to lspci -n -d 10de: 2>/dev/null
-  fi
-fi
-if [ "$2" = 1 ]; then
-  echo "@@gpufleet docker"
+  printf '\n==gpufleet== docker rc=0\n'
   $to docker info --format '{{json .Runtimes}}' 2>/dev/null
 fi
-echo "@@gpufleet nics"
+printf '\n==gpufleet== nics rc=0\n'
 for f in /sys/class/infiniband/*/ports/*/rate; do
   [ -r "$f" ] || continue
   p=${f%/rate}; dev=${p%/ports/*}; echo "ib ${dev##*/} ${p##*/} $(cat "$f" 2>/dev/null)"
 done
-if [ "$3" = 1 ]; then
-  echo "@@gpufleet nccl"
+if [ "$2" = 1 ]; then
+  printf '\n==gpufleet== nccl rc=0\n'
   %NCCL%
 fi
 exit 0
@@ -231,7 +205,7 @@ if [ -n "$name" ]; then
   c=$(docker ps -a -q --filter "label=$label" 2>/dev/null)
   [ -n "$c" ] && docker rm -f $c >/dev/null 2>&1
   c=$(docker ps -a -q --filter "label=$label" 2>/dev/null)
-  [ -n "$c" ] && echo "@@gpufleet leftover containers" $c
+  [ -n "$c" ] && printf '\n==gpufleet== leftover_containers rc=0\ncontainers %s\n' "$(echo $c)"
 fi
 i=0
 while :; do
@@ -240,16 +214,16 @@ while :; do
     if grep -qxzF "$id" "$p/environ" 2>/dev/null; then left="$left ${p#/proc/}"; fi
   done
   [ -z "$left" ] && break
-  if [ $i -ge 25 ]; then echo "@@gpufleet leftover$left"; break; fi
+  if [ $i -ge 25 ]; then printf '\n==gpufleet== leftover rc=0\n%s\n' "${left# }"; break; fi
   kill -KILL $left 2>/dev/null; sleep 0.2; i=$((i+1))
 done
 [ "$4" = kill-only ] && exit 0
 cd "$d" 2>/dev/null || exit 0
 for f in result.json launcher.json exit rank*.json rank*.progress; do
-  [ -f "$f" ] && { printf '\n@@gpufleet file %s\n' "$f"; cat "$f"; }
+  [ -f "$f" ] && { printf '\n==gpufleet== %s rc=0\n' "$f"; cat "$f"; }
 done
-printf '\n@@gpufleet file log\n'; tail -c %d log 2>/dev/null
-printf '\n@@gpufleet file traces\n'; ls nccl_trace_rank_* 2>/dev/null
+printf '\n==gpufleet== log rc=0\n'; tail -c %d log 2>/dev/null
+printf '\n==gpufleet== traces rc=0\n'; ls nccl_trace_rank_* 2>/dev/null
 cd / && rm -rf "$d"
 exit 0
 """.replace("%d", str(LOG_TAIL_BYTES))
@@ -259,63 +233,40 @@ def _new_run_id() -> str:
     return "gfsmoke-" + secrets.token_hex(6)
 
 
-def _sections(text: str, prefix: str = "@@gpufleet ") -> dict[str, str]:
-    out: dict[str, list[str]] = {}
-    cur: list[str] | None = None
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            key = line[len(prefix):].strip()
-            if key.startswith("file "):
-                key = key[5:]
-            cur = out.setdefault(key, [])
-        elif cur is not None:
-            cur.append(line)
-    return {k: "\n".join(v).strip("\n") for k, v in out.items()}
+def _sections(text: str) -> dict[str, str]:
+    """The preflight's or cleanup's sections, NAME -> text as the host printed it."""
+    out = {}
+    for name, sec in split_sections(text).items():
+        body = sec.stdout if not sec.stderr else f"{sec.stdout}\n{STDERR_MARK}\n{sec.stderr}"
+        out[name] = body.strip("\n")
+    return out
 
 
-def _preflight(h: _Host) -> None:
+def _preflight(h: HostRun) -> None:
     facts = h.facts
-    need_smi = facts is None
     exp = h.spec.expect
     need_docker = (exp.smoke_runtime in (None, "docker") and exp.pytorch_image is not None
-                   and (facts is None or facts.docker is None))
-    need_nccl = facts is None or facts.nccl_config is None
-    res = h.transport.run(["sh", "-c", _PREFLIGHT, "sh", str(int(need_smi)),
-                           str(int(need_docker)), str(int(need_nccl)), h.run_id], timeout=60)
+                   and facts.docker is None)
+    need_nccl = facts.nccl_config is None
+    res = h.transport.run(["sh", "-c", _PREFLIGHT, "sh", str(int(need_docker)),
+                           str(int(need_nccl)), h.run_id], timeout=60)
     sec = _sections(res.stdout)
     if res.rc != 0 or not sec.get("rundir", "").startswith("/tmp/gpufleet-smoke."):
         h.error = (f"could not create a run directory on {h.spec.name} (mktemp -d under /tmp): "
                    f"{(res.stderr or res.stdout).strip()[-300:] or f'exit {res.rc}'}")
         return
     h.run_dir = sec["rundir"].strip()
-    if facts is not None:
-        smi_error = facts.errors.get("nvidia_smi", "")
-        # No GPUs listed: none there (no nvidia-smi), or unknown (nvidia-smi failed or hung;
-        # asking it again would only hang again).
-        unknown = not facts.gpus and smi_error and "not found" not in smi_error
-        h.gpu_count = None if unknown else len(facts.gpus)
-        h.gpu_names = tuple(g.name or "" for g in facts.gpus)
-        h.busy = tuple(f"pid {p.pid} {p.name}" for p in facts.gpu_processes)
-        if facts.topology is not None:
-            h.link = _uniform_link({a: dict(b) for a, b in facts.topology.links.items()})
-    elif "gpus" not in sec:
-        h.gpu_count = 0  # no nvidia-smi: a host without NVIDIA GPUs
-    elif any(k.startswith("gpus-failed") for k in sec):
-        h.gpu_count = None
-    else:
-        rows = [[c.strip() for c in r.split(",")] for r in sec["gpus"].splitlines() if r.strip()]
-        h.gpu_count = len(rows)
-        h.gpu_names = tuple(r[1] for r in rows if len(r) > 1)
-        h.raw = {k: sec.get(k, "") for k in ("topo", "nvlink", "lspci")}
-        h.raw["pcie"] = "\n".join(",".join(r) for r in rows)
-        h.busy = tuple(
-            f"pid {c[0].strip()} {c[1].strip()}"
-            for c in (r.split(",") for r in sec.get("apps", "").splitlines() if r.strip())
-            if len(c) >= 2
-        )  # fmt: skip
-        h.link = _uniform_link(_parse_topo(sec.get("topo", "")))
+    smi_error = facts.errors.get("nvidia_smi", "")
+    # No GPUs listed: none there (no nvidia-smi), or unknown (nvidia-smi failed or hung;
+    # asking it again would only hang again).
+    unknown = not facts.gpus and smi_error and "not found" not in smi_error
+    h.gpu_count = None if unknown else len(facts.gpus)
+    h.gpu_names = tuple(g.name or "" for g in facts.gpus)
+    h.busy = tuple(f"pid {p.pid} {p.name}" for p in facts.gpu_processes)
+    if facts.topology is not None:
+        h.link = _uniform_link(facts.topology)
     runtimes: tuple[str, ...] = ()
-    if facts is not None and facts.docker is not None:
+    if facts.docker is not None:
         runtimes = facts.docker.runtimes
     elif sec.get("docker"):
         try:
@@ -329,76 +280,40 @@ def _preflight(h: _Host) -> None:
     if h.runtime == "docker" and not exp.pytorch_image:
         h.error = (f"{h.spec.name}: gpufleet_smoke_runtime is docker but pytorch_image is not set; "
                    "set pytorch_image (and pytorch_image_digest) or gpufleet_smoke_runtime=host")
-    h.raw["nics"] = sec.get("nics", "")
-    if facts is not None and facts.nccl_config is not None:
+    h.nics = sec.get("nics", "")
+    if facts.nccl_config is not None:
         h.nccl = facts.nccl_config
     elif "nccl" in sec:
         h.nccl = ncclconf.parse(sec["nccl"])
 
 
-def _int(text: str) -> int | None:
-    return int(text) if text.strip().isdigit() else None
+def _links(h: HostRun) -> expect.HostLinks:
+    """The host's links for the expectation model: its facts, and the preflight's NIC rates."""
+    base = expect.links_from_facts(h.facts)
+    return expect.HostLinks(gpu_names=base.gpu_names, nvlink=base.nvlink,
+                            gpu_links=base.gpu_links, nvswitch=base.nvswitch, pcie=base.pcie,
+                            nic_gbps=expect.parse_nic_rates(h.nics))
 
 
-def _links(h: _Host) -> expect.HostLinks:
-    """The host's links for the expectation model, from its facts or the preflight's output."""
-    nics = expect.parse_nic_rates(h.raw.get("nics", ""))
-    if h.facts is not None:
-        base = expect.links_from_facts(h.facts)
-        return expect.HostLinks(gpu_names=base.gpu_names, nvlink=base.nvlink,
-                                gpu_links=base.gpu_links, nvswitch=base.nvswitch,
-                                pcie=base.pcie, nic_gbps=nics)
-    rows = [r.split(",") for r in h.raw.get("pcie", "").splitlines() if r.strip()]
-    pcie = {i: (_int(r[2]), _int(r[3])) for i, r in enumerate(rows) if len(r) >= 4}
-    nvswitch = any(" 0680: " in ln for ln in h.raw.get("lspci", "").splitlines())
-    return expect.HostLinks(gpu_names=h.gpu_names, nvlink=parse_nvlink_status(h.raw.get(
-        "nvlink", "")), gpu_links=_parse_topo(h.raw.get("topo", "")), nvswitch=nvswitch,
-        pcie=pcie, nic_gbps=nics)
-
-
-def _expectation(h: _Host, nproc: int) -> expect.LinkBound | None:
+def _expectation(h: HostRun, nproc: int) -> expect.LinkBound | None:
     if not h.gpu_count or nproc > h.gpu_count:
         return None
     return expect.expect_host(_links(h), nproc)
 
 
-def _parse_topo(text: str) -> dict[str, dict[str, str]]:
-    """`nvidia-smi topo -m` → links between GPUs (just enough to pick a reference)."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)  # nvidia-smi underlines the header
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        return {}
-    header = lines[0].split()
-    gpus = [c for c in header if re.fullmatch(r"GPU\d+", c)]
-    links: dict[str, dict[str, str]] = {}
-    for ln in lines[1:]:
-        cells = ln.split()
-        if cells and cells[0] in gpus:
-            links[cells[0]] = {g: cells[1 + i] for i, g in enumerate(gpus) if 1 + i < len(cells)}
-    return links
-
-
-def _uniform_link(links: Mapping[str, Mapping[str, str]]) -> str | None:
+def _uniform_link(topology: Topology) -> str | None:
     """The GPU-GPU link type when every pair has the same one ("NV18"), else None."""
-    kinds = {v for a, row in links.items() if a.startswith("GPU")
-             for b, v in row.items() if b.startswith("GPU") and a != b}
-    return kinds.pop() if len(kinds) == 1 else None
+    kinds = topology.gpu_link_kinds()
+    return next(iter(kinds)) if len(kinds) == 1 else None
 
 
-def _upload(h: _Host) -> None:
-    if h.spec.connection == "local" and h.runtime == "host":
-        h.script = str(SCRIPT)  # used in place: it is already on this host
-        return
-    h.script = f"{h.run_dir}/smoke_ddp.py"
-    h.transport.put(SCRIPT.read_bytes(), h.script, 0o644)
-    # The launcher and its watchdog sit beside the script (smoke_ddp.py --spawn loads it).
-    h.transport.put(LAUNCHER.read_bytes(), f"{h.run_dir}/smoke_launch.py", 0o644)
-    # smoke_ddp.py imports its deeper checks (and their verdicts) from its own directory.
-    for mod in DEEP:
-        h.transport.put(mod.read_bytes(), f"{h.run_dir}/{mod.name}", 0o644)
+def _upload(h: HostRun) -> None:
+    """The host-side package, as one zip in the run dir (also for the local host: one path)."""
+    h.script = f"{h.run_dir}/{bundle.NAME}"
+    h.transport.put(bundle.build(), h.script, 0o644)
 
 
-def _prepare_member(h: _Host, known: dict[str, str | None] | None = None) -> None:
+def _prepare_member(h: HostRun, known: dict[str, str | None] | None = None) -> None:
     try:
         _preflight(h)
         if h.error:
@@ -407,7 +322,7 @@ def _prepare_member(h: _Host, known: dict[str, str | None] | None = None) -> Non
         if known is not None and h.runtime == "host":  # in an image: asked inside it
             h.versions = dict(known)
             return
-        res = h.transport.run(_python(h, [h.script, "--run-dir", h.run_dir, "--versions"]),
+        res = h.transport.run(python_argv(h, [h.script, "--run-dir", h.run_dir, "--versions"]),
                               timeout=120)
         line = res.stdout.strip().splitlines()[-1:] or [""]
         versions = loads(line[0])  # a JSON object, or None: the host's output is data
@@ -420,7 +335,7 @@ def _prepare_member(h: _Host, known: dict[str, str | None] | None = None) -> Non
         h.error = e.message
 
 
-def _version_mismatch(hosts: Sequence[_Host]) -> str | None:
+def _version_mismatch(hosts: Sequence[HostRun]) -> str | None:
     for key, what in (("nccl", "NCCL"), ("torch", "torch"), ("cuda", "CUDA runtime")):
         seen = {h.spec.name: h.versions.get(key) for h in hosts}
         if len(set(seen.values())) > 1:
@@ -433,34 +348,34 @@ def _version_mismatch(hosts: Sequence[_Host]) -> str | None:
     return None
 
 
-def _nproc(h: _Host, opts: SmokeOptions) -> int:
+def _nproc(h: HostRun, opts: SmokeOptions) -> int:
     if opts.nproc:
         return opts.nproc
     return h.gpu_count if h.gpu_count else CPU_RANKS
 
 
-def _reference(h: _Host, nproc: int) -> Mapping[int, float] | None:
+def _reference(h: HostRun, nproc: int) -> Mapping[int, float] | None:
     """Expected busbw per size from the host's own links (gpufleet.bandwidth), or None."""
     h.expectation = _expectation(h, nproc)
     return dict(h.expectation.busbw_gbps) if h.expectation is not None else None
 
 
-def _launch(h: _Host, argv: Sequence[str], timeout: float) -> None:
+def _launch(h: HostRun, argv: Sequence[str], timeout: float) -> None:
     # The host-side `timeout` (limit + kill grace) ends the run and records that it fired; the
     # controller's timeout lies beyond it, a backstop for a host that stopped answering.
     h.launch = h.transport.run(argv, timeout=controller_timeout(timeout))
 
 
-def _launch_world(hosts: Sequence[_Host], argvs: Mapping[str, Sequence[str]],
+def _launch_world(hosts: Sequence[HostRun], argvs: Mapping[str, Sequence[str]],
                   timeout: float) -> None:
     """Launch every member at once; the runner's watchdog for the world: as soon as one host's
     launch ends in failure (its launcher's watchdog saw a rank die or hang there), end the run
     on every other host instead of letting their ranks wait out the collective timeout."""
-    finished: list[_Host] = []
+    finished: list[HostRun] = []
     errors: list[BaseException] = []
     wake = threading.Event()
 
-    def one(h: _Host) -> None:
+    def one(h: HostRun) -> None:
         try:
             _launch(h, argvs[h.spec.name], timeout)
         except BaseException as e:  # re-raised in the caller's thread
@@ -491,19 +406,19 @@ def _launch_world(hosts: Sequence[_Host], argvs: Mapping[str, Sequence[str]],
         raise errors[0]
 
 
-def _end(h: _Host) -> None:
+def _end(h: HostRun) -> None:
     """Kill what the run started on one host (its session and every marked process) now."""
-    name = _container(h) if h.runtime == "docker" else ""
+    name = container_name(h) if h.runtime == "docker" else ""
     # On failure the cleanup after the launch tries again and reports what is left.
     with contextlib.suppress(TransportError, OSError):
         h.transport.run(["sh", "-c", _CLEANUP, "sh", h.run_dir, f"{MARKER}={h.run_id}", name,
                          "kill-only"], timeout=60)
 
 
-def _cleanup(h: _Host, *, quiet: bool = False) -> None:
+def _cleanup(h: HostRun, *, quiet: bool = False) -> None:
     if not h.run_dir:
         return
-    name = _container(h) if h.runtime == "docker" else ""
+    name = container_name(h) if h.runtime == "docker" else ""
     try:
         res = h.transport.run(["sh", "-c", _CLEANUP, "sh", h.run_dir, f"{MARKER}={h.run_id}",
                                name, f"{LABEL}={h.run_id}"], timeout=60)
@@ -513,18 +428,18 @@ def _cleanup(h: _Host, *, quiet: bool = False) -> None:
         return
     sec = _sections(res.stdout)
     h.files = sec
-    left = [k for k in sec if k.startswith("leftover")]
+    left = [sec[k] for k in ("leftover_containers", "leftover") if k in sec]
     if left:
-        h.leftover = f"processes of the run still alive after KILL: {left[0][8:].strip()}"
+        h.leftover = f"processes of the run still alive after KILL: {left[0].strip()}"
     if res.timed_out:
         h.leftover = "cleanup command timed out; processes of the run may remain"
 
 
-def _each(hosts: Sequence[_Host], fn: Any) -> None:
+def _each(hosts: Sequence[HostRun], fn: Any) -> None:
     """fn(host) for every host at once (one transport per host, so threads do not share one)."""
     errors: list[BaseException] = []
 
-    def call(h: _Host) -> None:
+    def call(h: HostRun) -> None:
         try:
             fn(h)
         except BaseException as e:  # re-raised in the caller's thread
@@ -542,7 +457,7 @@ def _each(hosts: Sequence[_Host], fn: Any) -> None:
         raise errors[0]
 
 
-def _all(hosts: Sequence[_Host], level: str, error: str) -> dict[str, SmokeResult]:
+def _all(hosts: Sequence[HostRun], level: str, error: str) -> dict[str, SmokeResult]:
     _each(hosts, lambda h: _cleanup(h, quiet=True))
     names = tuple(h.spec.name for h in hosts)
     return {h.spec.name: SmokeResult(status="error", level=level, error=error, hosts=names)

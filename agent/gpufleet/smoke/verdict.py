@@ -195,6 +195,35 @@ def rank_causes(world: Sequence[HostRun]) -> dict[str, Any]:
             "deadline": deadline}
 
 
+def _watchdog_parts(watchdog: Mapping[str, Any],
+                    causes: Mapping[str, Any]) -> tuple[list[str], list[int]]:
+    """What the launcher's watchdog saw: the sentences, and the ranks it names as hung."""
+    first = [int(x) for x in watchdog.get("ranks", [])]
+    if watchdog.get("kind") == "exited":
+        r = causes["ranks"].get(str(first[0]), {}) if first else {}
+        return [_describe_rank(first[0], r) if first else watchdog.get("detail", ""),
+                f"the watchdog on {watchdog['host']} ended the world "
+                f"{watchdog.get('after_s')} s into the run"], []
+    where = "; ".join(f"rank {x} {_where(causes['ranks'].get(str(x), {}).get('last'))}"
+                      for x in first)
+    return [f"{watchdog.get('detail')} ({where}); the watchdog on {watchdog['host']} ended "
+            f"the world {watchdog.get('after_s')} s into the run"], first
+
+
+def _evidence(causes: Mapping[str, Any], world: Sequence[HostRun]) -> list[str]:
+    """Kernel-log XIDs, errors in the log, and NCCL flight-recorder dumps, when there are any."""
+    parts = []
+    if causes["kernel"]["xid"]:
+        parts.append("new XID lines in the kernel log during the run: "
+                     + "; ".join(causes["kernel"]["xid"][:3]))
+    if causes["kernel"]["log_errors"]:
+        parts.append("errors in the log: " + "; ".join(causes["kernel"]["log_errors"][:2]))
+    traces = [f"{m.spec.name}: {m.files['traces']}" for m in world if m.files.get("traces")]
+    if traces:
+        parts.append("NCCL flight recorder dumps: " + "; ".join(traces))
+    return parts
+
+
 def _describe_rank(rank: int, r: Mapping[str, Any]) -> str:
     who = f"rank {rank} ({r.get('host')}" + (f", pid {r['pid']})" if r.get("pid") else ")")
     if r.get("signal"):
@@ -267,34 +296,14 @@ def failure(
         if why:
             parts.append(why)
     elif watchdog is not None:
-        kind = watchdog.get("kind")
-        first = [int(x) for x in watchdog.get("ranks", [])]
-        if kind == "exited":
-            r = causes["ranks"].get(str(first[0]), {}) if first else {}
-            parts.append(_describe_rank(first[0], r) if first else watchdog.get("detail", ""))
-            parts.append(f"the watchdog on {watchdog['host']} ended the world "
-                         f"{watchdog.get('after_s')} s into the run")
-        else:
-            hung = first
-            where = "; ".join(f"rank {x} {_where(causes['ranks'].get(str(x), {}).get('last'))}"
-                              for x in first)
-            parts.append(f"{watchdog.get('detail')} ({where}); the watchdog on "
-                         f"{watchdog['host']} ended the world {watchdog.get('after_s')} s "
-                         "into the run")
+        parts, hung = _watchdog_parts(watchdog, causes)
     else:
         dead = [(int(k), r) for k, r in causes["ranks"].items()
                 if r.get("signal") or r.get("exit_code") not in (None, 0)]
         parts += [_describe_rank(k, r) for k, r in dead[:3]]
         errors = [f"rank {k}: {r['error']}" for k, r in causes["ranks"].items() if r.get("error")]
         parts += [e[:400] for e in errors[:3] if not dead]
-    if causes["kernel"]["xid"]:
-        parts.append("new XID lines in the kernel log during the run: "
-                     + "; ".join(causes["kernel"]["xid"][:3]))
-    if causes["kernel"]["log_errors"]:
-        parts.append("errors in the log: " + "; ".join(causes["kernel"]["log_errors"][:2]))
-    traces = [f"{m.spec.name}: {m.files['traces']}" for m in world if m.files.get("traces")]
-    if traces:
-        parts.append("NCCL flight recorder dumps: " + "; ".join(traces))
+    parts += _evidence(causes, world)
     if not parts:
         rc = h.launch.rc if h.launch is not None else None
         last = (log_tail or "").strip().splitlines()[-1:] or ["no output"]

@@ -76,8 +76,8 @@ def run_slurm_smoke(
         return HostResult(name=spec.name, status="ok", facts=facts)
 
     results = fan_out(specs, probe, progress=False, label="facts")
-    members = [(s, transports[s.name], results[s.name].facts) for s in specs
-               if results[s.name].status == "ok"]
+    members = [(s, transports[s.name], f) for s in specs
+               if results[s.name].status == "ok" and (f := results[s.name].facts) is not None]
     names = tuple(s.name for s in specs)
     try:
         smokes = runner.run_multinode(members, level=level, timeout=timeout, force=force)

@@ -1,11 +1,13 @@
-#!/usr/bin/env python3
-"""gpufleet smoke launcher and watchdog: runs on the host beside smoke_ddp.py (stdlib only).
+"""gpufleet smoke launcher and watchdog: part of the shipped package (stdlib only).
 
 Two ways in:
-- `smoke_ddp.py --spawn N ...` (one node, host python) calls `spawn()`: the ranks are this
+- `smoke.pyz --spawn N ...` (one node, host python) calls `spawn()`: the ranks are this
   process's children, so their exit codes and killing signals are known exactly;
-- `smoke_launch.py --run-dir D --level L --watch -- CMD...` (torchrun, images, multinode) runs
-  CMD (torchrun) and watches the ranks it starts through their progress files (pid inside).
+- `smoke.pyz watch --run-dir D --level-spec JSON -- CMD...` (torchrun, images,
+  multinode) runs CMD (torchrun) and watches the ranks it starts through their progress files
+  (pid inside).
+
+The limits come from the level's `watchdog` row (gpufleet.smoke.levels), one per verdict.
 
 Either way a watchdog ends the world as soon as one rank exits non-zero, is stopped
 (SIGSTOP, `T` state), sits in uninterruptible sleep, stops beating (its heartbeat file goes
@@ -26,21 +28,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any
 
 SCHEMA = "gpufleet.smoke-launcher/v1"
 POLL_S = 0.1
-# Seconds before each verdict, per level. "stopped": a rank in T state (SIGSTOP, a debugger).
-# "stall": no rank changed its progress while some are further than others (they wait for the
-# ones behind: on GPUs a collective returns at once and the wait is in the next sync, so "inside
-# a collective" is not required). "beat": no heartbeat, or D state, for that long (the process
-# froze); longer than "stall", because a rank blocked in a CUDA sync may hold the GIL and must
-# not be mistaken for the rank it waits for. The import phase gets IMPORT_FACTOR x stall:
-# torch's import is slow on loaded hosts.
-LIMITS: dict[str, dict[str, float]] = {
-    "quick": {"stopped": 3.0, "stall": 15.0, "beat": 25.0},
-    "full": {"stopped": 3.0, "stall": 45.0, "beat": 60.0},
-}
+# The import phase gets IMPORT_FACTOR x the level's "stall" limit: torch's import is slow on
+# loaded hosts.
 IMPORT_FACTOR = 4.0
 XID_RE = re.compile(r"NVRM: Xid")
 OOM_RE = re.compile(r"Out of memory|oom-kill|oom_reaper|Killed process", re.IGNORECASE)
@@ -120,9 +114,9 @@ def position(p: dict[str, Any] | None) -> int:
 class Watchdog:
     """Polls the ranks of one host; `check()` returns a verdict dict once the world must end."""
 
-    def __init__(self, run_dir: str, level: str, nproc: int | None) -> None:
+    def __init__(self, run_dir: str, limits: Mapping[str, float], nproc: int | None) -> None:
         self.run_dir = run_dir
-        self.limits = dict(LIMITS.get(level, LIMITS["quick"]))
+        self.limits = dict(limits)
         for key in self.limits:  # tests shorten them (GPUFLEET_SMOKE_WATCHDOG_<KEY>)
             val = os.environ.get("GPUFLEET_SMOKE_WATCHDOG_" + key.upper())
             if val:
@@ -231,7 +225,8 @@ def _write(run_dir: str, obj: dict[str, Any]) -> None:
     os.replace(path + ".tmp", path)
 
 
-def spawn(n: int, script: str, argv: list[str], run_dir: str, level: str) -> int:
+def spawn(n: int, script: str, argv: list[str], run_dir: str,
+          limits: Mapping[str, float]) -> int:
     """Single-node launcher, torchrun --standalone --max_restarts=0 without torchrun's cost.
 
     torchrun's launcher process imports torch (3-4 s on an H200 host) before any rank starts;
@@ -242,7 +237,7 @@ def spawn(n: int, script: str, argv: list[str], run_dir: str, level: str) -> int
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    dog = Watchdog(run_dir, level, n)
+    dog = Watchdog(run_dir, limits, n)
     procs: dict[int, subprocess.Popen[bytes]] = {}
     for r in range(n):
         env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n),
@@ -293,10 +288,11 @@ def _describe(code: int) -> str:
         "exited with code %d" % code)
 
 
-def watch(cmd: list[str], run_dir: str, level: str, nproc: int | None) -> int:
+def watch(cmd: list[str], run_dir: str, limits: Mapping[str, float],
+          nproc: int | None) -> int:
     """Run CMD (torchrun) and watch the ranks it starts (pids from their progress files)."""
     before, klog_err = read_kernel_log()
-    dog = Watchdog(run_dir, level, nproc)
+    dog = Watchdog(run_dir, limits, nproc)
     child = subprocess.Popen(cmd)
     verdict: dict[str, Any] | None = None
     seen: dict[int, int] = {}
@@ -348,14 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         args, cmd = args[:i], args[i + 1:]
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--run-dir", required=True)
-    p.add_argument("--level", default="quick")
+    p.add_argument("--level-spec", required=True, help="JSON: the level (its watchdog limits)")
     p.add_argument("--nproc", type=int, default=None, help="ranks expected on this host")
-    p.add_argument("--watch", action="store_true", help="run the command after -- and watch")
     a = p.parse_args(args)
-    if not a.watch or not cmd:
-        p.error("usage: --run-dir D --watch -- CMD...")
-    return watch(cmd, a.run_dir, a.level, a.nproc)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if not cmd:
+        p.error("usage: watch --run-dir D --level-spec JSON [--nproc N] -- CMD...")
+    return watch(cmd, a.run_dir, json.loads(a.level_spec)["watchdog"], a.nproc)

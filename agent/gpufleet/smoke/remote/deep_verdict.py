@@ -1,6 +1,6 @@
-"""Rank 0's verdicts on smoke_deep.py's measurements: pure functions, stdlib only.
+"""Rank 0's verdicts on deep.py's measurements: pure functions, stdlib only.
 
-Shipped beside smoke_ddp.py and smoke_deep.py. Each aggregator takes every rank's record
+Each aggregator (the third field of its registry.py entry) takes every rank's record
 ({"rank", "info", "checks"}) and returns (passed, detail, data); data["problems"] lists each
 failed judgement as {"kind", "rank", "message", "fix", ...}, which gpufleet's rules map to rule
 ids (rules/deep.py). Thresholds and their sources: docs/smoke.md, "Deeper checks".
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import traceback
 
 # PCIe per-lane, per-direction payload rate in GB/s after line coding (PCI-SIG: 2.5/5 GT/s with
 # 8b/10b, 8/16/32 GT/s with 128b/130b, 64 GT/s PAM4 FLIT mode 242/256).
@@ -336,21 +335,3 @@ def agg_readiness(ranks):
     return not failing, detail, {"per_rank": per_rank, "problems": probs,
                                  "tf32_matmul_default": c0.get("tf32_matmul"),
                                  "tf32_gain": gain}
-
-
-AGGREGATORS = (("readiness", agg_readiness), ("hostdev_bw", agg_hostdev),
-               ("scaling", agg_scaling), ("sdc", agg_sdc))
-
-
-def aggregate(ranks):
-    """World checks (name, passed, detail, data) for every deep check some rank ran."""
-    out = []
-    for name, fn in AGGREGATORS:
-        if not any(r["checks"].get(name) for r in ranks):
-            continue
-        try:
-            out.append((name, *fn(ranks)))
-        except Exception as e:  # a verdict bug must not cost the whole result
-            out.append((name, False, "could not judge %s: %s: %s" % (name, type(e).__name__, e),
-                        {"problems": [], "traceback": traceback.format_exc()[-1500:]}))
-    return out

@@ -1,4 +1,4 @@
-"""gpufleet's deeper GPU checks, run by smoke_ddp.py's ranks (shipped beside it, stdlib + torch).
+"""gpufleet's deeper GPU checks: the rank side (stdlib + torch); registry.py lists them.
 
 readiness  every level: TF32 defaults, cuDNN, whether torch.compile can work (cheap reads);
            full level adds what TF32 gives (fp32 matmul with and without) and a real
@@ -9,9 +9,9 @@ scaling    full: one transformer-block training step on rank 0 alone, on every r
            without communication, and under DDP on all ranks (weak scaling).
 sdc        full: deterministic GEMMs and reductions on every device, bit-exact across devices of
            the same model, against a CPU reference where the arithmetic is exact, and against
-           their own first result while the loop loads the GPU for SDC_SECONDS.
+           their own first result while the loop loads the GPU for the level's sdc_seconds.
 
-Each check records per rank; aggregate() (smoke_deep_verdict.py) on rank 0 turns them into world
+Each check records per rank; its aggregator (deep_verdict.py) on rank 0 turns them into world
 checks whose data carries `problems` ({"kind", "rank", "message", "fix"}) that gpufleet's rules
 map to rule ids.
 Sources of every threshold: docs/smoke.md.
@@ -26,21 +26,14 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import time
-import traceback
 
-# The verdicts ship beside this file too (smoke_ddp.py put this directory on sys.path; so does
-# importing this module from the package).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from smoke_deep_verdict import aggregate, env_float, problem
+from . import progress as pg
+from .deep_verdict import env_float, problem
+from .dynamo import StubMissing, dynamo_stub
+from .versions import fmt_cudnn
 
 GIB = 1 << 30
-CHECKS = ("readiness", "hostdev_bw", "scaling", "sdc")
-FULL_ONLY = ("hostdev_bw", "scaling", "sdc")
-
-# Seconds the SDC loop keeps every GPU busy at full level (GPUFLEET_SMOKE_SDC_SECONDS).
-SDC_SECONDS = 8.0
 COMPILE_TOL = 1e-4  # relative max error, compiled vs eager, fp32 without TF32
 
 
@@ -61,50 +54,13 @@ def _test_rank(name):
         return None, None
 
 
-def selected(level):
-    """Deep checks to run: full level runs all; GPUFLEET_SMOKE_DEEP=a,b (or none) narrows."""
-    want = _env("GPUFLEET_SMOKE_DEEP")
-    names = CHECKS if want is None else tuple(n for n in want.split(",") if n in CHECKS)
-    return [n for n in names if level == "full" or n not in FULL_ONLY]
-
-
 def _sync(torch, dev):
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
 
 
-# --------------------------------------------------------------------------- rank side
-
-
-def run(h, torch, dist, dev, use_cuda, group, level, checks, timings):  # noqa: PLR0917
-    """Run the selected deep checks on this rank, recording into checks[name] and timings."""
-    for name in selected(level):
-        if name == "hostdev_bw" and not use_cuda:
-            continue
-        h.phase(name)
-        t = time.perf_counter()
-        try:
-            if name == "readiness":
-                checks[name] = readiness(h, torch, dev, use_cuda, level)
-            elif name == "hostdev_bw":
-                checks[name] = hostdev_bw(h, torch, dist, dev)
-            elif name == "scaling":
-                checks[name] = scaling(h, torch, dist, dev, use_cuda, group)
-            else:
-                checks[name] = sdc(h, torch, dev, use_cuda, level)
-        except h.StubMissing:
-            raise
-        except Exception as e:  # a crashed check is a failed check, and the run goes on
-            checks[name] = {"passed": False, "error": "%s: %s" % (type(e).__name__, e),
-                            "traceback": traceback.format_exc()[-1500:]}
-            sys.stderr.write("rank %d: check %s crashed:\n%s" % (h.RANK, name,
-                                                                 checks[name]["traceback"]))
-        timings[name + "_s"] = time.perf_counter() - t
-    h.coll(dist.barrier)  # ranks leave together, whatever each ran
-
-
-def device_identity(torch, dev, h):
-    ident = {"rank": h.RANK, "local_rank": h.LOCAL_RANK, "device": str(dev)}
+def device_identity(torch, dev):
+    ident = {"rank": pg.RANK, "local_rank": pg.LOCAL_RANK, "device": str(dev)}
     if dev.type == "cuda":
         p = torch.cuda.get_device_properties(dev)
         ident["name"] = p.name
@@ -124,13 +80,13 @@ def device_identity(torch, dev, h):
 # ------------------------------------------------------------------- readiness
 
 
-def readiness(h, torch, dev, use_cuda, level):
+def readiness(torch, dev, use_cuda, deep):
     out = {"tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
            "float32_matmul_precision": torch.get_float32_matmul_precision(),
            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
            "cudnn_available": bool(torch.backends.cudnn.is_available()),
            "cudnn_enabled": bool(torch.backends.cudnn.enabled),
-           "cudnn": h.fmt_cudnn(torch.backends.cudnn.version())
+           "cudnn": fmt_cudnn(torch.backends.cudnn.version())
            if torch.backends.cudnn.is_available() else None,
            "compile_api": hasattr(torch, "compile"),
            "triton": importlib.util.find_spec("triton") is not None,
@@ -138,7 +94,7 @@ def readiness(h, torch, dev, use_cuda, level):
                                               "TORCHDYNAMO_DISABLE", "TORCH_ALLOW_TF32_CUBLAS_"
                                               "OVERRIDE") if k in os.environ}}
     probs = []
-    rk = h.RANK
+    rk = pg.RANK
     if use_cuda:
         out["capability"] = "%d.%d" % torch.cuda.get_device_capability(dev)
         out["bf16_supported"] = bool(torch.cuda.is_bf16_supported())
@@ -165,10 +121,10 @@ def readiness(h, torch, dev, use_cuda, level):
                                  "%s=%s turns torch.compile into plain eager" % (var,
                                                                                os.environ[var]),
                                  "unset %s in the image or the job environment" % var))
-    if level == "full":
+    if deep:  # the level's readiness_compile
         if use_cuda:
             out["tf32_gain"] = tf32_gain(torch, dev)
-        out["compile"] = compile_check(h, torch, dev, use_cuda)
+        out["compile"] = compile_check(torch, dev, use_cuda)
         probs += out["compile"].pop("problems", [])
     out["problems"] = probs
     out["passed"] = not [p for p in probs if p["kind"] in ("cudnn_unavailable",
@@ -219,9 +175,9 @@ def _compile_fix(err):
             "whose torch.compile works, or set TORCH_COMPILE_DISABLE=1 for jobs until fixed")
 
 
-def compile_check(h, torch, dev, use_cuda):
+def compile_check(torch, dev, use_cuda):
     """torch.compile of a small MLP: it must compile, and match eager within COMPILE_TOL."""
-    rk = h.RANK
+    rk = pg.RANK
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(),
                                 torch.nn.Linear(1024, 256), torch.nn.LayerNorm(256)).to(dev)
@@ -343,24 +299,24 @@ def _numa(bus_id):
     return res
 
 
-def hostdev_bw(h, torch, dist, dev):
+def hostdev_bw(torch, dist, dev):
     size = GIB
     bufs = (torch.empty(size, dtype=torch.uint8, device=dev),
             torch.empty(size, dtype=torch.uint8, pin_memory=True),
             torch.empty(size, dtype=torch.uint8))
     bufs[1].fill_(1)
     bufs[2].fill_(2)
-    ident = device_identity(torch, dev, h)
+    ident = device_identity(torch, dev)
     out = {"bytes": size, "identity": ident}
     # Each GPU alone: one local rank at a time (hosts of a multinode world go in parallel).
-    turns = h.LOCAL_WORLD
+    turns = pg.LOCAL_WORLD
     for turn in range(turns):
-        h.coll(dist.barrier)
-        if turn == h.LOCAL_RANK:
+        pg.coll(dist.barrier)
+        if turn == pg.LOCAL_RANK:
             out["alone"] = _bw_set(torch, dev, bufs, (0.3, 0.3))
     # All GPUs at once; local rank 0 reads every GPU's link state meanwhile (links idle down).
-    h.coll(dist.barrier)
-    smi = shutil.which("nvidia-smi") if h.LOCAL_RANK == 0 else None
+    pg.coll(dist.barrier)
+    smi = shutil.which("nvidia-smi") if pg.LOCAL_RANK == 0 else None
     proc = None
     if smi:
         try:
@@ -383,7 +339,7 @@ def hostdev_bw(h, torch, dist, dev):
             link["read_under_load"] = under_load  # False: idle links may show a lower Gen
         out["links_read_s"] = time.perf_counter() - t0
     together["pinned_d2h"] = _copy_rate(torch, dev, bufs[1], bufs[0], 0.6)
-    h.coll(dist.barrier)
+    pg.coll(dist.barrier)
     together["pageable_h2d"] = _copy_rate(torch, dev, bufs[0], bufs[2], 0.3)
     together["pageable_d2h"] = _copy_rate(torch, dev, bufs[2], bufs[0], 0.3)
     out["together"] = together
@@ -443,21 +399,21 @@ def _steps(torch, dev, model, x, use_cuda, n, slow, cpu_times=None):  # noqa: PL
     return statistics.median(times), times
 
 
-def scaling(h, torch, dist, dev, use_cuda, group):  # noqa: PLR0917
+def scaling(torch, dist, dev, use_cuda, group):
     model, shape = _blocks(torch, dev, not use_cuda)
-    g = torch.Generator().manual_seed(7 + h.RANK)
+    g = torch.Generator().manual_seed(7 + pg.RANK)
     x = torch.randn(shape["batch"], shape["seq"], shape["d_model"], generator=g).to(dev)
     slow_rank, _ = _test_rank("GPUFLEET_SMOKE_TEST_SLOW")
-    slow = slow_rank == h.RANK
+    slow = slow_rank == pg.RANK
     n = 10
-    out = {"model": shape, "steps": n, "world_size": h.WORLD,
-           "identity": device_identity(torch, dev, h)}
+    out = {"model": shape, "steps": n, "world_size": pg.WORLD,
+           "identity": device_identity(torch, dev)}
     state = {k: v.clone() for k, v in model.state_dict().items()}
     threads = torch.get_num_threads()
     if not use_cuda:
         torch.set_num_threads(1)  # CPU ranks share the cores: without this they thrash
     try:
-        _scaling_phases(h, torch, dist, dev, use_cuda, group, model, x, state, slow, out)
+        _scaling_phases(torch, dist, dev, use_cuda, group, model, x, state, slow, out)
     finally:
         torch.set_num_threads(threads)
     del model
@@ -467,14 +423,14 @@ def scaling(h, torch, dist, dev, use_cuda, group):  # noqa: PLR0917
     return out
 
 
-def _scaling_phases(h, torch, dist, dev, use_cuda, group, model, x, state, slow, out):  # noqa: PLR0917
+def _scaling_phases(torch, dist, dev, use_cuda, group, model, x, state, slow, out):  # noqa: PLR0917
     from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: PLC0415
 
     n = out["steps"]
-    h.coll(dist.barrier)
-    if h.RANK == 0:  # 1 GPU: rank 0 alone, everyone else idle
+    pg.coll(dist.barrier)
+    if pg.RANK == 0:  # 1 GPU: rank 0 alone, everyone else idle
         out["single_s"], _ = _steps(torch, dev, model, x, use_cuda, n, False)
-    h.coll(dist.barrier)
+    pg.coll(dist.barrier)
     model.load_state_dict(state)
     # Every rank at once, no communication: a slow GPU (or a starved CPU) shows here.
     cpu = [] if not use_cuda else None
@@ -482,22 +438,22 @@ def _scaling_phases(h, torch, dist, dev, use_cuda, group, model, x, state, slow,
                                                                slow, cpu)
     if cpu:
         out["independent_cpu_s"] = statistics.median(cpu)
-    h.coll(dist.barrier)
-    if h.WORLD > 1:
+    pg.coll(dist.barrier)
+    if pg.WORLD > 1:
         model.load_state_dict(state)
         for attempt in ("stub", "real"):
             try:
-                with h.dynamo_stub(torch) if attempt == "stub" else contextlib.nullcontext():
+                with dynamo_stub(torch) if attempt == "stub" else contextlib.nullcontext():
                     ddp = DDP(model, device_ids=[dev.index] if use_cuda else None,
                               process_group=group)
-                    h.enter()  # each step's backward runs the gradient all-reduce
+                    pg.enter()  # each step's backward runs the gradient all-reduce
                     out["ddp_s"], out["ddp_steps_s"] = _steps(torch, dev, ddp, x, use_cuda, n,
                                                               slow)
-                    h.leave()
+                    pg.leave()
                     del ddp
                 break
-            except h.StubMissing:
-                h.leave()
+            except StubMissing:
+                pg.leave()
 
 
 # ------------------------------------------------------------------- silent data corruption
@@ -512,7 +468,7 @@ def _digest(torch, t, weights):
     return torch.stack([v.sum(), (lo * w).sum() + (hi * w.flip(0)).sum()])
 
 
-def _sdc_ops(torch, dev, use_cuda, level):
+def _sdc_ops(torch, dev, use_cuda):
     """name -> (fn returning a tensor, exact on CPU?, flops per call)."""
     n_bf16 = 8192 if use_cuda else 128
     n_int = 2048 if use_cuda else 96
@@ -543,11 +499,11 @@ def _sdc_ops(torch, dev, use_cuda, level):
     return ops, cpu_ref, n_bf16 * n_bf16, max(n_int * n_int, 1)
 
 
-def sdc(h, torch, dev, use_cuda, level):
-    ops, cpu_ref, most, n_exact = _sdc_ops(torch, dev, use_cuda, level)
+def sdc(torch, dev, use_cuda, seconds):
+    ops, cpu_ref, most, n_exact = _sdc_ops(torch, dev, use_cuda)
     weights = (torch.arange(most, dtype=torch.int64, device=dev) % 8191) + 1
     bad_rank, mode = _test_rank("GPUFLEET_SMOKE_TEST_CORRUPT")
-    corrupt = bad_rank == h.RANK
+    corrupt = bad_rank == pg.RANK
 
     def result(name, it):
         t = ops[name][0]()
@@ -561,8 +517,7 @@ def sdc(h, torch, dev, use_cuda, level):
     with tf32(torch, False):
         first = {k: _digest(torch, result(k, 0), weights) for k in ops}
         changed = {k: torch.zeros((), dtype=torch.int64, device=dev) for k in ops}
-        seconds = env_float("GPUFLEET_SMOKE_SDC_SECONDS", SDC_SECONDS) if level == "full" \
-            and use_cuda else 0.0
+        seconds = env_float("GPUFLEET_SMOKE_SDC_SECONDS", seconds) if use_cuda else 0.0
         its, flops = 1, 0.0
         _sync(torch, dev)
         t0 = time.perf_counter()
@@ -576,11 +531,11 @@ def sdc(h, torch, dev, use_cuda, level):
                 _sync(torch, dev)  # keep the launch queue short, and the clock honest
         _sync(torch, dev)
         secs = time.perf_counter() - t0
-    out = {"identity": device_identity(torch, dev, h), "iterations": its, "seconds": secs,
+    out = {"identity": device_identity(torch, dev), "iterations": its, "seconds": secs,
            "tflops": flops / secs / 1e12 if secs > 0 else None,
            "ops": {k: {"what": ops[k][3], "digest": [int(x) for x in first[k].tolist()],
                        "changed_runs": int(changed[k])} for k in ops}}
-    if h.RANK == 0:
+    if pg.RANK == 0:
         cw = (torch.arange(2 * n_exact, dtype=torch.int64) % 8191) + 1
         out["cpu_reference"] = {k: [int(x) for x in _digest(torch, fn(), cw).tolist()]
                                 for k, fn in cpu_ref.items()}
@@ -588,4 +543,22 @@ def sdc(h, torch, dev, use_cuda, level):
     return out
 
 
-__all__ = ["CHECKS", "aggregate", "run", "selected"]
+
+
+# ------------------------------------------------------------------- registry halves (rank side)
+
+
+def rank_readiness(c):
+    return readiness(c.torch, c.run_dev, c.all_gpu, c.spec["readiness_compile"])
+
+
+def rank_hostdev_bw(c):
+    return hostdev_bw(c.torch, c.dist, c.run_dev)
+
+
+def rank_scaling(c):
+    return scaling(c.torch, c.dist, c.run_dev, c.all_gpu, c.group)
+
+
+def rank_sdc(c):
+    return sdc(c.torch, c.run_dev, c.all_gpu, c.spec["sdc_seconds"])

@@ -1,0 +1,63 @@
+"""Per-rank device memory bandwidth: a large same-device copy, timed (full level only).
+
+`dst.copy_(src)` reads and writes every byte once, so GB/s = 2 * bytes / seconds (the convention
+of STREAM's copy kernel and of nvbandwidth's device-local copy). On a GPU rank it measures HBM;
+on a CPU rank host memory, which is only recorded. No pass/fail threshold yet: the aggregate
+reports each rank's GB/s and the world's min and median, and expectations come later.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from . import progress as pg
+
+GPU_BYTES = 1 << 30  # 1 GiB per buffer: far past every GPU's L2, a few ms per copy on HBM3
+CPU_BYTES = 64 << 20  # past the last-level cache, cheap enough for CI's gloo ranks
+WARMUP = 2
+REPS = {"cuda": 20, "cpu": 5}
+
+
+def rank_membw(c):
+    torch, dev = c.torch, c.dev
+    size = GPU_BYTES if dev.type == "cuda" else CPU_BYTES
+    reps = REPS["cuda" if dev.type == "cuda" else "cpu"]
+    src = torch.ones(size, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    for _ in range(WARMUP):
+        dst.copy_(src)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            dst.copy_(src)
+        e1.record()
+        e1.synchronize()
+        secs = e0.elapsed_time(e1) / 1e3
+    else:
+        t = time.perf_counter()
+        for _ in range(reps):
+            dst.copy_(src)
+        secs = time.perf_counter() - t
+    del src, dst
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"passed": True, "device": str(dev), "bytes": size, "reps": reps, "seconds": secs,
+            "gbps": 2.0 * size * reps / secs / 1e9 if secs > 0 else None,
+            "host_memory": dev.type != "cuda", "rank": pg.RANK}
+
+
+def agg_membw(ranks):
+    per_rank = {str(r["rank"]): r["checks"].get("membw") for r in ranks}
+    rates = {rk: c["gbps"] for rk, c in per_rank.items() if c and c.get("gbps")}
+    data = {"per_rank": per_rank, "per_rank_gbps": rates, "judged": False}
+    if not rates:
+        return True, "no memory bandwidth measured (recorded, not judged)", data
+    data["min_gbps"] = min(rates.values())
+    data["median_gbps"] = statistics.median(rates.values())
+    where = "host memory" if all(c.get("host_memory") for c in per_rank.values() if c) \
+        else "device memory"
+    return True, ("%s copy %.1f GB/s min, %.1f GB/s median over %d rank(s) (recorded, not "
+                  "judged)" % (where, data["min_gbps"], data["median_gbps"], len(rates))), data
