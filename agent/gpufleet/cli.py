@@ -339,9 +339,10 @@ def _with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, An
     """The report with the drift findings (GF52x) and its "history" member from the store."""
     import dataclasses  # noqa: PLC0415
 
-    from gpufleet.history import RunStore, StoreError, drift_findings, history_section  # noqa: PLC0415
+    from gpufleet.history import RunStore, StoreError, history_section  # noqa: PLC0415
     from gpufleet.report import summarize  # noqa: PLC0415
     from gpufleet.rules import sort_findings  # noqa: PLC0415
+    from gpufleet.rules.history import drift_findings  # noqa: PLC0415
 
     store = RunStore(store_dir)
     try:
@@ -411,8 +412,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from gpufleet.history import RunStore, StoreError, drift_findings, history_section  # noqa: PLC0415
+    from gpufleet.history import RunStore, StoreError, history_section  # noqa: PLC0415
     from gpufleet.history.text import render_history  # noqa: PLC0415
+    from gpufleet.rules.history import drift_findings  # noqa: PLC0415
 
     if args.store is None:
         raise UsageError("history: say where the runs are: --store DIR (or $GPUFLEET_STORE)")

@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 from test_rules_builders import BUSBW, DIGEST, NOW, facts, fleet, gpu, smoke
 
-from gpufleet.history import HISTORY_RULES
 from gpufleet.model import (
     SEVERITY_ORDER,
     ContainerInfo,
@@ -27,6 +26,7 @@ from gpufleet.model import (
 )
 from gpufleet.nodecheck import SLURM_RULES
 from gpufleet.rules import RULES, evaluate
+from gpufleet.rules.history import RULES as HISTORY_RULES
 
 DRV_OTHER = DriverInfo(version="580.95.05", kernel_module_version="580.95.05",
                        kernel_module_flavor="open", cuda_version="13.0")

@@ -22,6 +22,9 @@ from gpufleet.rules.base import (
     vtuple,
 )
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF301", "GF302", "GF303", "GF304", "GF305", "GF306")
+
 
 def nccl_code(version: str | None) -> int | None:
     """NCCL's version code: X*10000+Y*100+Z from 2.9, X*1000+Y*100+Z before (nccl.h)."""

@@ -12,6 +12,10 @@ from gpufleet.model import Facts, Finding, Gpu, HostResult, XidEvent
 from gpufleet.rules import data
 from gpufleet.rules.base import Ctx, finding
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF401", "GF402", "GF403", "GF404", "GF405", "GF406", "GF407", "GF408",
+                          "GF409", "GF410", "GF411", "GF412")
+
 
 def throttle_reasons(g: Gpu) -> tuple[str, ...]:
     """Decoded reasons; from the raw NVML mask when the probe did not decode them."""
@@ -168,5 +172,5 @@ def _xids(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
              "last": last.timestamp, "message": last.message, "recent": recent,
              "window_hours": data.XID_WINDOW_HOURS, "source": data.XID_SOURCE,
              "subject": f"xid{xid}@{bus}{'' if recent else '-old'}"},
-            hint=data.XID_HINTS.get(xid, f"XID {xid}: drain the host and run `dcgmi diag -r 3`"),
+            hint=data.XID_HINTS.get(xid, f"XID {xid}: {data.XID_HINT_DEFAULT}"),
         )

@@ -14,6 +14,9 @@ from gpufleet.model import Finding
 from gpufleet.ncclconf import suspects
 from gpufleet.rules.base import Ctx, finding
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF413", "GF504")
+
 
 def _size(n: int) -> str:
     return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
@@ -28,12 +31,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                                "source": expect.SOURCES["nvlink_speeds"],
                                "subject": f"gpu{issue.gpu}"},
                               gpu=issue.gpu)
-    done: set[tuple[str, ...]] = set()
-    for h, s in ctx.with_smoke():
-        world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
-        if world in done:
-            continue
-        done.add(world)
+    for h, s, world in ctx.worlds():
         for c in s.checks:
             if c.name != "busbw" or c.passed or c.data.get("basis") != "expectation":
                 continue

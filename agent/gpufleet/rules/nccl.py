@@ -12,6 +12,9 @@ from gpufleet.model import Finding
 from gpufleet.ncclconf import ENVIRONMENT, degrading
 from gpufleet.rules.base import Ctx, finding
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF701", "GF702", "GF703", "GF704")
+
 
 def _multinode(ctx: Ctx, host: str) -> bool:
     """In a named inventory group with another host: it may run multinode jobs."""

@@ -16,6 +16,9 @@ from gpufleet.model import Facts, Finding
 from gpufleet.rules import data
 from gpufleet.rules.base import Ctx, finding, gpu_model
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF501", "GF502", "GF503")
+
 
 def topology_signature(f: Facts) -> str:
     topo = f.topology
