@@ -256,7 +256,7 @@ def _note_no_gpu(results: Mapping[str, HostResult]) -> None:
 
 
 def cmd_facts(args: argparse.Namespace) -> int:
-    from gpufleet.fleet import gather_facts  # noqa: PLC0415
+    from gpufleet.sweep.sweep import gather_facts  # noqa: PLC0415
 
     specs = _specs(args)
     results = gather_facts(
@@ -280,9 +280,9 @@ def cmd_facts(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     import dataclasses  # noqa: PLC0415
 
-    from gpufleet.fleet import run_check  # noqa: PLC0415
     from gpufleet.report import Format, exit_code, render_doc, summarize  # noqa: PLC0415
     from gpufleet.rules import evaluate  # noqa: PLC0415
+    from gpufleet.sweep.sweep import run_check  # noqa: PLC0415
 
     if getattr(args, "slurm", False):
         return _cmd_smoke_slurm(args)

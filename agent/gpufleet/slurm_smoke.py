@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet import probes
-from gpufleet.fanout import fan_out
 from gpufleet.model import CommandResult, HostResult, HostSpec, SmokeResult
+from gpufleet.sweep.fanout import fan_out
 from gpufleet.transport.base import Transport, TransportError
 from gpufleet.transport.local import LocalTransport
 
