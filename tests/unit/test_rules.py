@@ -133,6 +133,8 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
         gpu(0, persistence_mode=False), gpu(1))}}}), "gpu02"),
     "GF410": (lambda: fleet({"gpu02": {"facts": {"gpus": (
         gpu(0, mig_mode="Enabled"), gpu(1))}}}), "gpu02"),
+    "GF414": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0), gpu(1, ecc_mode="Disabled"))}}}), "gpu02"),
     "GF411": (lambda: fleet({"gpu02": {"facts": {"gpus": (
         gpu(0, throttle_reasons=(), throttle_mask="0x0000000000000048"), gpu(1))}}}), "gpu02"),
     "GF412": (lambda: fleet({"gpu02": {"facts": {"fabric": FabricInfo(

@@ -265,6 +265,13 @@ _RULES: tuple[RuleInfo, ...] = (
                      "not reported twice. GF408 (inactive links) likewise counts against the SKU's"
                      " normal link count: an H100 PCIe with 12 of 18 links active is normal "
                      "(Azure/azurehpc-health-checks#162)."),
+    RuleInfo("GF414", "warning", "ECC memory protection disabled",
+             "`nvidia-smi -i {gpu} -e 1` on {host}, then reset the GPUs (`nvidia-smi -r -i {gpu}`) "
+             "or reboot: `ansible {host} -b -m ansible.builtin.reboot`; the mode is pending until "
+             "then",
+             meaning="`nvidia-smi` reports ECC mode `Disabled` on a GPU that has ECC memory: "
+                     "memory errors go undetected and uncorrected (GF402-GF404 cannot see them). "
+                     "GPUs without ECC report `N/A` and are not judged."),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "

@@ -14,7 +14,7 @@ from gpufleet.rules.base import Ctx, finding
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF401", "GF402", "GF403", "GF404", "GF405", "GF406", "GF407", "GF408",
-                          "GF409", "GF410", "GF411", "GF412")
+                          "GF409", "GF410", "GF411", "GF412", "GF414")
 
 
 def throttle_reasons(g: Gpu) -> tuple[str, ...]:
@@ -105,6 +105,11 @@ def _settings(name: str, f: Facts, mig_expected: bool) -> Iterator[Finding]:
     if mig and not mig_expected:
         yield finding("GF410", [name], f"{name}: MIG enabled on GPU(s) {_ids(mig)}",
                       {"gpus": mig}, gpu=_ids(mig))
+    # "N/A" (no ECC memory, e.g. GeForce) parses to None: only a switched-off ECC is a finding.
+    no_ecc = [g.index for g in f.gpus if (g.ecc_mode or "").lower() == "disabled"]
+    if no_ecc:
+        yield finding("GF414", [name], f"{name}: ECC disabled on GPU(s) {_ids(no_ecc)}",
+                      {"gpus": no_ecc}, gpu=_ids(no_ecc))
 
 
 def _ids(indexes: list[int]) -> str:
