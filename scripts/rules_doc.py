@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpufleet.rules.catalog import FACT_HINTS, RULES, SMOKE_HINTS, RuleInfo
-from gpufleet.rules.data import XID_HINT_DEFAULT, XID_HINTS
+from gpufleet.rules.reference import XID_HINT_DEFAULT, XID_HINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "rules.md"
