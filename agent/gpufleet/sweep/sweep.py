@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpufleet import probes
@@ -160,24 +160,33 @@ def run_check(
                           label="check" if not multinode else "facts")
         if not multinode or not held:
             return results
-        members = [(spec, held[spec.name], results[spec.name].facts)
-                   for spec in specs if spec.name in held]
-        names = tuple(m[0].name for m in members)
-        try:
-            smokes = runner.run_multinode(members, level=level, timeout=smoke_timeout)
-        except Exception as exc:  # the world failed as a whole: every member says why
-            failed = SmokeResult(status="error", level=level, error=f"{type(exc).__name__}: "
-                                 f"{exc}", hosts=names)
-            smokes = dict.fromkeys(names, failed)
-        missing = SmokeResult(status="error", level=level, hosts=names,
-                              error="the multinode run returned no result for this host")
-        return {
-            name: dataclasses.replace(r, smoke=smokes.get(name, missing)) if name in held else r
-            for name, r in results.items()
-        }
+        return _one_world(specs, held, results, level, smoke_timeout)
     finally:
         for transport in held.values():
             transport.close()
+
+
+def _one_world(specs: Sequence[HostSpec], held: Mapping[str, Transport],
+               results: Mapping[str, HostResult], level: str,
+               smoke_timeout: float) -> dict[str, HostResult]:
+    """The multinode smoke test of every held host as one world; its result on each member."""
+    from gpufleet.smoke import runner  # noqa: PLC0415  # torch-side code only when smoking
+
+    members = [(spec, held[spec.name], results[spec.name].facts)
+               for spec in specs if spec.name in held]
+    names = tuple(m[0].name for m in members)
+    try:
+        smokes = runner.run_multinode(members, level=level, timeout=smoke_timeout)
+    except Exception as exc:  # the world failed as a whole: every member says why
+        failed = SmokeResult(status="error", level=level, error=f"{type(exc).__name__}: "
+                             f"{exc}", hosts=names)
+        smokes = dict.fromkeys(names, failed)
+    missing = SmokeResult(status="error", level=level, hosts=names,
+                          error="the multinode run returned no result for this host")
+    return {
+        name: dataclasses.replace(r, smoke=smokes.get(name, missing)) if name in held else r
+        for name, r in results.items()
+    }
 
 
 def _no_gpu(facts: Facts) -> str | None:
