@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -15,33 +14,10 @@ from pathlib import Path
 import pytest
 import roletarget as tg
 
+from harness.plays import PlayResult, run_play
+
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-RECAP = re.compile(
-    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
-    r"\s+failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)\s+rescued=(?P<rescued>\d+)\s+ignored=(?P<ignored>\d+)",
-    re.M,
-)
-
-
-@dataclass(frozen=True)
-class PlayResult:
-    rc: int
-    output: str
-    recap: dict[str, dict[str, int]]
-    log: Path
-
-    @property
-    def flat(self) -> str:
-        """The output with whitespace collapsed: the YAML callback wraps long messages."""
-        return " ".join(self.output.split())
-
-    def tail(self, n: int = 6000) -> str:
-        return f"(full log: {self.log})\n{self.output[-n:]}"
-
-    def host(self, name: str = "deb12") -> dict[str, int]:
-        assert name in self.recap, f"no recap line for {name}; rc={self.rc}\n{self.tail()}"
-        return self.recap[name]
 
 
 def ansible_env(config: Path | None = REPO / "ansible.cfg") -> dict[str, str]:
@@ -69,26 +45,8 @@ def run_playbook(
     cwd: Path = REPO,
 ) -> PlayResult:
     argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), *args]
-    if extra_vars:
-        ev = logdir / f"{name}.vars.json"
-        ev.write_text(json.dumps(extra_vars))
-        argv += ["-e", f"@{ev}"]
-    proc = subprocess.run(
-        argv,
-        cwd=cwd,
-        env=env or ansible_env(),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        timeout=1500,
-    )
-    log = logdir / f"{name}.log"
-    log.write_text(f"$ {' '.join(argv)}\n{proc.stdout}")
-    recap = {
-        m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
-        for m in RECAP.finditer(proc.stdout)
-    }
-    return PlayResult(proc.returncode, proc.stdout, recap, log)
+    return run_play(argv, logdir=logdir, name=name, default_host="deb12", cwd=cwd,
+                    env=env or ansible_env(), timeout=1500, extra_vars=extra_vars)
 
 
 @dataclass

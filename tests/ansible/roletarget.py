@@ -15,7 +15,6 @@ import hashlib
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the shared harness
+from harness.processes import stop_pid
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("GPUFLEET_TEST_CACHE", "/var/cache/gpufleet-tests"))
@@ -167,17 +169,6 @@ def wait_port(addr: str, port: int, timeout: float = 15.0) -> None:
                 return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listens on {addr}:{port} after {timeout}s")
-
-
-def stop_pid(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 @dataclass

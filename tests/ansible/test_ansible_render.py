@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PlayResult, run_playbook
+from conftest import run_playbook
+from harness.plays import PlayResult
 
 pytestmark = [pytest.mark.ansible]
 

@@ -17,7 +17,9 @@ import pytest
 import roletarget as tg
 import tomllib
 
-from conftest import PlayResult, RoleLab
+from conftest import RoleLab
+from harness.plays import PlayResult
+from harness.processes import stop_pid
 
 pytestmark = [pytest.mark.ansible, pytest.mark.slow]
 
@@ -185,7 +187,7 @@ def test_upgrade_driver_playbook_skips_a_host_with_gpu_processes(
     try:
         res = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-busy", extra_vars=extra)
     finally:
-        tg.stop_pid(gpu)
+        stop_pid(gpu)
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     assert f"SKIPPED deb12: GPU processes running ({gpu.pid} sleep)" in res.flat, res.tail()
     assert not log.exists(), "a busy host was drained"

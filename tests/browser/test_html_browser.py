@@ -25,9 +25,10 @@ from playwright.sync_api import expect
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from test_history import FIRST, run
 
-from gpufleet.history import RunStore, drift_findings, history_section
+from gpufleet.history import RunStore, history_section
 from gpufleet.model import XidEvent
 from gpufleet.report import render_doc
+from gpufleet.rules.history import drift_findings
 
 pytestmark = [pytest.mark.slow]
 

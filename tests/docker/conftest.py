@@ -26,9 +26,9 @@ import build_test_image
 import dockerlib
 import pytest
 from dockerlib import DockerLab
-from imagetarget import ImageTarget, Play, start_image_target
+from imagetarget import ImageTarget, PlayResult, start_image_target
 
-__all__ = ["DockerLab", "ImageTarget", "Play"]
+__all__ = ["DockerLab", "ImageTarget", "PlayResult"]
 
 
 @pytest.fixture(scope="session")
@@ -72,7 +72,7 @@ IMAGE_TAGS = "container_runtime,nvidia_container_toolkit,pytorch_image"
 
 
 @pytest.fixture(scope="session")
-def converged(image_target: ImageTarget) -> Play:
+def converged(image_target: ImageTarget) -> PlayResult:
     """site.yml's container roles converged on img-a over SSH, the image absent beforehand."""
     lab = image_target.lab
     lab.docker("image", "rm", "-f", lab.pinned, lab.ref, check=False)

@@ -20,9 +20,7 @@ client), `socket`, `registry` (host:port), and after `push_test_image()` the ima
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import fcntl
 import itertools
 import json
@@ -31,10 +29,20 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the shared harness
+from harness.processes import (
+    close_at_exit,
+    closed,
+    die_with_parent,
+    owner_alive,
+    stop_pid,
+)
 
 DOCKERD = "/usr/sbin/dockerd"
 DOCKER = "/usr/bin/docker"  # Debian's client, the daemon's own version (not whatever is on PATH)
@@ -46,7 +54,6 @@ TEST_REPO = "gpufleet/pytorch-cpu"
 TEST_TAG = "2.13.0"
 
 RESERVATIONS = Path("/tmp/gpufleet-docker-addresses")
-_PR_SET_PDEATHSIG = 1
 _counter = itertools.count()
 
 
@@ -213,7 +220,7 @@ class DockerLab:
         try:
             self._stop()
         finally:
-            _LIVE.discard(self)
+            closed(self)
 
     def _stop(self) -> None:
         if self.engine is not None and self.engine.poll() is None:
@@ -221,8 +228,8 @@ class DockerLab:
                 ids = self.docker("ps", "-a", "-q", timeout=30).stdout.split()
                 if ids:
                     self.docker("rm", "-f", *ids, check=False, timeout=60)
-        _stop_pid(self.engine, 30)
-        _stop_pid(self.registry_proc, 10)
+        stop_pid(self.engine, 30)
+        stop_pid(self.registry_proc, 10)
         if self.bridge is not None:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         for pid, _ in _processes_under(self.root):  # shims re-parented away from dockerd
@@ -231,20 +238,6 @@ class DockerLab:
         for mount in reversed(_mounts_under(self.root)):
             subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
         subprocess.run(["rm", "-rf", "--one-file-system", str(self.root)], check=False)
-
-
-_LIVE: set[DockerLab] = set()
-
-
-@atexit.register
-def _close_all() -> None:
-    for lab in list(_LIVE):
-        lab.close()
-
-
-def _die_with_parent() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def tiny_image(lab: DockerLab, ref: str = "gpufleet/tiny:1") -> str:
@@ -276,17 +269,6 @@ def _copy_storage(src: Path, dst: Path) -> None:
                 shutil.copy2(path, out)
         else:
             shutil.copy2(path, out)
-
-
-def _stop_pid(proc: subprocess.Popen[bytes] | None, grace: float) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def _processes_under(root: Path) -> list[tuple[int, str]]:
@@ -371,21 +353,13 @@ def free_address(ports: Sequence[int] = (REGISTRY_PORT, 22)) -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for address in ADDRESSES:
             mark = RESERVATIONS / address
-            if mark.exists() and _owner_alive(mark):
+            if mark.exists() and owner_alive(mark):
                 continue
             if all(_port_free(address, p) for p in ports):
                 mark.write_text(str(os.getpid()))
                 return address
     raise LabError(f"no address in 127.0.0.110-119 has ports {list(ports)} free "
                    f"(reservations in {RESERVATIONS})")
-
-
-def _owner_alive(mark: Path) -> bool:
-    try:
-        os.kill(int(mark.read_text().strip() or "0"), 0)
-    except (OSError, ValueError) as e:
-        return isinstance(e, PermissionError)
-    return True
 
 
 def _wait(check: object, what: str, proc: subprocess.Popen[bytes], log: Path,
@@ -428,7 +402,7 @@ def start_lab(daemon_json: dict[str, object] | None = None, bridge: bool = False
     lab = DockerLab(root=root, address=free_address())
     if bridge:
         lab.bridge = f"gfb{os.getpid()}{next(_counter)}"[-15:]
-    _LIVE.add(lab)
+    close_at_exit(lab)
     try:
         _start(lab, daemon_json or {})
     except BaseException:
@@ -454,7 +428,7 @@ def _start(lab: DockerLab, daemon_json: dict[str, object]) -> None:
     with reg_log.open("wb") as log:
         lab.registry_proc = subprocess.Popen(
             [REGISTRY, "serve", str(reg_cfg)], stdin=subprocess.DEVNULL, stdout=log,
-            stderr=log, start_new_session=True, preexec_fn=_die_with_parent,
+            stderr=log, start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
     if lab.bridge is not None:
         _make_bridge(lab.bridge)
@@ -466,7 +440,7 @@ def _start(lab: DockerLab, daemon_json: dict[str, object]) -> None:
              "-H", f"unix://{lab.socket}", "--pidfile", str(lab.pidfile),
              "--config-file", str(lab.daemon_json)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )  # fmt: skip
     _wait(lambda: _connects(lab.address, REGISTRY_PORT), "docker-registry", lab.registry_proc,
           reg_log, 20)  # fmt: skip

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,38 +22,14 @@ from pathlib import Path
 from dockerlib import DOCKER, DockerLab, free_address
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ansible"))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the shared harness
 import roletarget as tg
+
+from harness.plays import PlayResult, run_play
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 HOSTS = ("img-a", "img-b")
-RECAP = re.compile(
-    r"^(?P<host>\S+)\s+:\s+ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+unreachable=(?P<unreachable>\d+)"
-    r"\s+failed=(?P<failed>\d+)\s+skipped=(?P<skipped>\d+)\s+rescued=(?P<rescued>\d+)\s+ignored=(?P<ignored>\d+)",
-    re.M,
-)
-
-
-@dataclass(frozen=True)
-class Play:
-    rc: int
-    output: str
-    recap: dict[str, dict[str, int]]
-    log: Path
-
-    @property
-    def flat(self) -> str:
-        """The output with whitespace collapsed (the callback wraps long messages)."""
-        return " ".join(self.output.split())
-
-    def tail(self, n: int = 6000) -> str:
-        return f"(full log: {self.log})\n{self.output[-n:]}"
-
-    def host(self, name: str = "img-a") -> dict[str, int]:
-        assert name in self.recap, f"no recap line for {name}; rc={self.rc}\n{self.tail()}"
-        return self.recap[name]
-
-
 @dataclass
 class ImageTarget:
     target: tg.Target
@@ -83,7 +58,7 @@ class ImageTarget:
     def play(
         self, playbook: str, name: str, *args: str,
         extra_vars: dict[str, object] | None = None, local: bool = False,
-    ) -> Play:  # fmt: skip
+    ) -> PlayResult:  # fmt: skip
         """ansible-playbook against img-a over SSH, or (local) this machine with the lab's
         DOCKER_HOST, as a controller that is itself the Docker host."""
         env = {**os.environ, "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
@@ -97,17 +72,8 @@ class ImageTarget:
         else:
             inv = ["-i", str(self.inventory), "-l", HOSTS[0]]
         argv = [str(VENV_BIN / "ansible-playbook"), *inv, str(REPO / playbook), *args]
-        if extra_vars:
-            ev = self.logdir / f"{name}.vars.json"
-            ev.write_text(json.dumps(extra_vars))
-            argv += ["-e", f"@{ev}"]
-        proc = subprocess.run(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=900, check=False)  # fmt: skip
-        log = self.logdir / f"{name}.log"
-        log.write_text(f"$ {' '.join(argv)}\n{proc.stdout}")
-        recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
-                 for m in RECAP.finditer(proc.stdout)}  # fmt: skip
-        return Play(proc.returncode, proc.stdout, recap, log)
+        return run_play(argv, logdir=self.logdir, name=name, default_host=HOSTS[0], cwd=REPO,
+                        env=env, timeout=900, extra_vars=extra_vars)
 
     def cli(self, *args: str, env: dict[str, str] | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess[str]:  # fmt: skip
@@ -189,4 +155,4 @@ def start_image_target(workdir: Path, lab: DockerLab) -> Iterator[ImageTarget]:
             subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
 
 
-__all__ = ["DOCKER", "HOSTS", "ImageTarget", "Play", "start_image_target"]
+__all__ = ["DOCKER", "HOSTS", "ImageTarget", "PlayResult", "start_image_target"]

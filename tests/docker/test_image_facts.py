@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from dockerlib import DockerLab
-from imagetarget import HOSTS, ImageTarget, Play
+from imagetarget import HOSTS, ImageTarget, PlayResult
 
 from conftest import report_json
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 
 @pytest.fixture
-def tagged(converged: Play, docker_lab: DockerLab) -> DockerLab:
+def tagged(converged: PlayResult, docker_lab: DockerLab) -> DockerLab:
     """The pinned image present and its tag pointing at it (what the role leaves)."""
     assert converged.rc == 0, f"converge failed; see test_image_roles.py\n{converged.tail()}"
     docker_lab.pull_test_image()

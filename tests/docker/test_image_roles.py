@@ -14,14 +14,14 @@ import json
 
 import pytest
 from dockerlib import DOCKER, DockerLab
-from imagetarget import ImageTarget, Play
+from imagetarget import ImageTarget, PlayResult
 
 from conftest import IMAGE_TAGS, SITE
 
 pytestmark = [pytest.mark.docker, pytest.mark.ansible, pytest.mark.slow]
 
 
-def test_converge_pulls_the_image_by_digest_from_the_registry(converged: Play,
+def test_converge_pulls_the_image_by_digest_from_the_registry(converged: PlayResult,
                                                               docker_lab: DockerLab) -> None:
     h = converged.host()
     assert converged.rc == 0 and h["failed"] == 0, converged.tail()
@@ -32,13 +32,14 @@ def test_converge_pulls_the_image_by_digest_from_the_registry(converged: Play,
     assert docker_lab.pinned in digests
 
 
-def test_cuda_preflight_without_a_driver_says_it_has_nothing_to_compare(converged: Play) -> None:
+def test_cuda_preflight_without_a_driver_says_it_has_nothing_to_compare(
+        converged: PlayResult) -> None:
     assert converged.rc == 0, converged.tail()
     assert "NOT COMPARED: no NVIDIA driver on this host" in converged.flat, converged.tail()
 
 
 def test_daemon_json_is_merged_and_the_running_dockerd_reloads_it(
-    converged: Play, docker_lab: DockerLab
+    converged: PlayResult, docker_lab: DockerLab
 ) -> None:
     assert converged.rc == 0, converged.tail()
     data = json.loads(docker_lab.daemon_json.read_text())
@@ -57,7 +58,7 @@ def test_daemon_json_is_merged_and_the_running_dockerd_reloads_it(
     assert info["LiveRestoreEnabled"] is True
 
 
-def test_second_run_changes_nothing(converged: Play, image_target: ImageTarget) -> None:
+def test_second_run_changes_nothing(converged: PlayResult, image_target: ImageTarget) -> None:
     assert converged.rc == 0, converged.tail()
     again = image_target.play(SITE, "idempotence", "--tags", IMAGE_TAGS,
                               extra_vars=image_target.host_vars())
@@ -66,7 +67,7 @@ def test_second_run_changes_nothing(converged: Play, image_target: ImageTarget) 
 
 
 def test_a_tag_pointing_to_another_digest_is_refused(
-    converged: Play, image_target: ImageTarget, docker_lab: DockerLab
+    converged: PlayResult, image_target: ImageTarget, docker_lab: DockerLab
 ) -> None:
     assert converged.rc == 0, converged.tail()
     moved = docker_lab.push_variant("moved", "another build")
@@ -82,7 +83,7 @@ def test_a_tag_pointing_to_another_digest_is_refused(
 
 
 def test_pulls_locally_where_the_controller_is_the_docker_host(
-    converged: Play, image_target: ImageTarget, docker_lab: DockerLab
+    converged: PlayResult, image_target: ImageTarget, docker_lab: DockerLab
 ) -> None:
     """connection local, the engine from DOCKER_HOST: pulled, verified, then changed=0."""
     assert converged.rc == 0, converged.tail()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from dockerlib import DockerLab
-from imagetarget import HOSTS, ImageTarget, Play
+from imagetarget import HOSTS, ImageTarget, PlayResult
 
 from conftest import report_json
 
@@ -28,7 +28,7 @@ SMOKE_LABEL = "gpufleet.smoke"
 
 
 @pytest.fixture
-def engine(converged: Play, docker_lab: DockerLab) -> DockerLab:
+def engine(converged: PlayResult, docker_lab: DockerLab) -> DockerLab:
     """The converged target's engine with the pinned image; no smoke container before a test."""
     assert converged.rc == 0, f"converge failed; see test_image_roles.py\n{converged.tail()}"
     docker_lab.pull_test_image()

@@ -29,7 +29,9 @@ import build_test_image
 import build_workspace_image
 import dockerlib
 from dockerlib import DockerLab
-from imagetarget import RECAP, REPO, VENV_BIN, Play
+from imagetarget import REPO, VENV_BIN
+
+from harness.plays import PlayResult, run_play
 
 HOST = "ws-host"
 BIND = "127.0.0.1"
@@ -86,21 +88,14 @@ class WorkspaceWorld:
                 "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
                 "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
 
-    def play(self, name: str, workspaces: list[dict[str, object]], **extra: object) -> Play:
+    def play(self, name: str, workspaces: list[dict[str, object]], **extra: object) -> PlayResult:
         """site.yml --tags pytorch_workspace on this machine with these workspaces."""
         self.plays += 1
-        ev = self.workdir / f"{self.plays:02d}-{name}.vars.json"
-        ev.write_text(json.dumps({"pytorch_workspaces": workspaces, **extra}))
-        ev.chmod(0o600)
         argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory),
-                str(REPO / "playbooks/site.yml"), "--tags", "pytorch_workspace", "-e", f"@{ev}"]
-        proc = subprocess.run(argv, cwd=REPO, env=self.env(), text=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=600, check=False)  # fmt: skip
-        log = self.workdir / f"{self.plays:02d}-{name}.log"
-        log.write_text(f"$ {' '.join(argv)}\n{proc.stdout}")
-        recap = {m["host"]: {k: int(v) for k, v in m.groupdict().items() if k != "host"}
-                 for m in RECAP.finditer(proc.stdout)}  # fmt: skip
-        return Play(proc.returncode, proc.stdout, recap, log)
+                str(REPO / "playbooks/site.yml"), "--tags", "pytorch_workspace"]
+        return run_play(argv, logdir=self.workdir, name=f"{self.plays:02d}-{name}",
+                        default_host=HOST, cwd=REPO, env=self.env(), timeout=600,
+                        extra_vars={"pytorch_workspaces": workspaces, **extra})
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in self.lab.env.items() if not k.startswith("SSH_")}

@@ -13,15 +13,12 @@ Needs root (mount namespaces, binding port 22) and /usr/sbin/sshd.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
 import errno
 import fcntl
 import os
 import pwd
 import shlex
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the shared harness
+from harness.processes import (
+    close_at_exit,
+    closed,
+    die_with_parent,
+    owner_alive,
+    stop_trees,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,7 +97,6 @@ SESSION_HOSTS: tuple[tuple[str, str], ...] = (
     ("cpu-2", CPU_PROFILE),
 )
 
-_PR_SET_PDEATHSIG = 1
 
 
 class FleetError(RuntimeError):
@@ -187,7 +192,7 @@ class Fleet:
             self._kill(list(self.hosts.values()))
         finally:
             _release(self._reserved)
-            _LIVE.discard(self)
+            closed(self)
 
     def _spawn(self, hosts: Sequence[FleetHost]) -> None:
         for h in hosts:
@@ -199,7 +204,7 @@ class Fleet:
                     ["unshare", "--mount", "--propagation", "private",
                      "sh", "-c", self._namespace_script(h)],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True, preexec_fn=_die_with_parent,
+                    start_new_session=True, preexec_fn=die_with_parent,
                 )  # fmt: skip
             finally:
                 log.close()
@@ -253,75 +258,13 @@ class Fleet:
                 time.sleep(0.02)
 
     def _kill(self, hosts: Sequence[FleetHost]) -> None:
-        victims: list[int] = []
+        # Sessions (e.g. a hung nvidia-smi stand-in) outlive the listener unless killed too.
+        stop_trees([h.proc for h in hosts if h.pid is not None and h.proc is not None], 3.0)
         for h in hosts:
-            if h.pid is None:
-                continue
-            # Sessions (e.g. a hung nvidia-smi stand-in) outlive the listener unless killed too.
-            victims += [h.pid, *_descendants(h.pid)]
-        for pid in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 3.0
-        for h in hosts:
-            if h.proc is not None:
-                try:
-                    h.proc.wait(max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    h.proc.kill()
-                    h.proc.wait()
             h.pid, h.proc = None, None
-        for pid in victims:  # sessions are not our children: SIGKILL whatever ignored SIGTERM
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
-_LIVE: set[Fleet] = set()
-
-
-@atexit.register
-def _close_all() -> None:
-    for f in list(_LIVE):
-        f.close()
-
-
-def _die_with_parent() -> None:
-    # If the test process is killed (SIGKILL, OOM), the kernel sends sshd SIGTERM. Note: the signal
-    # follows the *thread* that spawned sshd, so fleets must be made on a long-lived thread.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-
-
-def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # The comm field may contain spaces and parentheses; ppid follows the last ')'.
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 # ---------------------------------------------------------------------- address reservations
-
-
-def _owner_alive(path: Path) -> bool:
-    try:
-        pid = int(path.read_text().strip() or "0")
-        os.kill(pid, 0)
-    except (OSError, ValueError) as e:
-        return isinstance(e, PermissionError)
-    return True
 
 
 def _port_free(address: str) -> bool:
@@ -344,7 +287,7 @@ def _reserve(count: int) -> list[str]:
         got: list[str] = []
         for address in ADDRESS_POOL:
             mark = RESERVATIONS / address
-            if mark.exists() and _owner_alive(mark):
+            if mark.exists() and owner_alive(mark):
                 continue
             if not _port_free(address):
                 continue
@@ -432,7 +375,7 @@ def build_fleet(
 
     root.mkdir(parents=True, exist_ok=True)
     fleet = Fleet(root, profiles_dir)
-    _LIVE.add(fleet)
+    close_at_exit(fleet)
     try:
         _populate(fleet, hosts, faults, groups or {}, group_vars, host_vars or {}, start_timeout)
     except BaseException:

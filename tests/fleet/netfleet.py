@@ -20,7 +20,7 @@ only traffic between the two is slowed; `clear(name)` removes them. This kernel 
 u32 (not netem), the same as the CI machine.
 
 Everything is stopped by PID and every namespace deleted on close: on success, failure, Ctrl-C,
-at interpreter exit (fleetlib's atexit list), and sshd also dies with the test process
+at interpreter exit (tests/harness/processes.py), and sshd also dies with the test process
 (PR_SET_PDEATHSIG).
 """
 
@@ -37,16 +37,16 @@ from typing import Any
 
 import yaml
 from fleetlib import (
-    _LIVE,
     SSHD,
     Fleet,
     FleetError,
     FleetHost,
     _controller_env,
-    _die_with_parent,
     _keygen,
     _sshd_config,
 )
+
+from harness.processes import close_at_exit, die_with_parent
 
 SUBNET = "10.231.0"
 BRIDGE = "gfbr"
@@ -148,7 +148,7 @@ class NetFleet(Fleet):
                     ["ip", "netns", "exec", self.ns[h.name], "unshare", "--mount",
                      "--propagation", "private", "sh", "-c", self._namespace_script(h)],
                     stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True, preexec_fn=_die_with_parent,
+                    start_new_session=True, preexec_fn=die_with_parent,
                 )  # fmt: skip
             finally:
                 log.close()
@@ -236,7 +236,7 @@ def build_netfleet(
     _reap_stale()
     root.mkdir(parents=True, exist_ok=True)
     fleet = NetFleet(root, len(names))
-    _LIVE.add(fleet)
+    close_at_exit(fleet)
     try:
         _populate(fleet, names, all_vars or {}, host_vars or {}, start_timeout)
     except BaseException:

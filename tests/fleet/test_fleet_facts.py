@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetlib import DESIRED_STATE, Fleet, _descendants, make_fleet
+from fleetlib import DESIRED_STATE, Fleet, make_fleet
+
+from harness.processes import descendants
 
 pytestmark = pytest.mark.fleet
 
@@ -318,7 +320,7 @@ def test_daemon_killed_mid_run_does_not_hide_other_hosts(tmp_path: Path) -> None
 def _wait_for_remote(fleet: Fleet, name: str, needle: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for pid in _descendants(fleet.hosts[name].pid or 0):
+        for pid in descendants(fleet.hosts[name].pid or 0):
             try:
                 if needle.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                     return

@@ -9,7 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from fleetlib import FAULTS, PROFILE_BIN_TARGET, Fleet, _descendants, make_fleet
+from fleetlib import FAULTS, PROFILE_BIN_TARGET, Fleet, make_fleet
+
+from harness.processes import descendants
 
 pytestmark = pytest.mark.fleet
 
@@ -118,7 +120,7 @@ def _alive(pid: int) -> bool:
 
 
 def _session_pids(listener: int | None) -> list[int]:
-    return _descendants(listener) if listener else []
+    return descendants(listener) if listener else []
 
 
 def test_stop_and_start_one_host(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ import contextlib
 import os
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fleet"))
-from fleetlib import PROFILE_BIN_TARGET, PROFILES_DIR, _descendants, _die_with_parent
+from fleetlib import PROFILE_BIN_TARGET, PROFILES_DIR
+
+from harness.processes import die_with_parent, stop_trees
 
 CTL_ADDRESS = "127.0.0.120"
 NODE_ADDRESSES = tuple(f"127.0.0.{n}" for n in range(121, 140))
@@ -152,7 +153,7 @@ class Cluster:
         with out.open("ab") as f:
             proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=f, stderr=f,
                                     env=self.env, cwd=self.root, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
         self.procs.append(proc)
         return proc
 
@@ -161,20 +162,8 @@ class Cluster:
         order = [n.slurmd for n in self.nodes.values()] + [
             p for p in self.procs if p not in [n.slurmd for n in self.nodes.values()]]
         for proc in order:
-            if proc is None or proc.poll() is not None:
-                continue
-            victims = [proc.pid, *_descendants(proc.pid)]
-            for pid in victims:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGTERM)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            for pid in victims:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            if proc is not None and proc.poll() is None:
+                stop_trees([proc], 5.0)
 
 
 def _comm(pid: int | None) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sshdlab import PORT, Lab, keygen, start_sshd
 
-from gpufleet.fanout import fan_out
 from gpufleet.model import HostResult, HostSpec
+from gpufleet.sweep.fanout import fan_out
 from gpufleet.transport import TransportError, connect, interrupt_all, ssh
 from gpufleet.transport._remote import CANCEL
 

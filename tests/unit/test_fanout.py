@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import gpufleet.probes
-from gpufleet import fleet
-from gpufleet.fanout import default_forks, fan_out
 from gpufleet.model import Facts, HostResult, HostSpec, OsInfo, SmokeResult
 from gpufleet.smoke import runner
+from gpufleet.sweep import sweep as fleet
+from gpufleet.sweep.fanout import default_forks, fan_out
 from gpufleet.transport import Transport, TransportError
 
 SPECS = [HostSpec(name=f"h{i:02d}", address=f"h{i:02d}", connection="local") for i in range(12)]

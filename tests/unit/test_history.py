@@ -18,10 +18,11 @@ import pytest
 from test_rules_builders import BUSBW, NOW, fleet
 
 from gpufleet.cli import main
-from gpufleet.history import RunStore, drift_findings, history_section
+from gpufleet.history import RunStore, history_section
 from gpufleet.model import DriverInfo
 from gpufleet.report import document, json_schema, render_doc
 from gpufleet.rules import evaluate
+from gpufleet.rules.history import drift_findings
 
 BIG = 4 << 30
 # Per host busbw at 4 GiB in the first run: a fleet with spread, as real fleets have.

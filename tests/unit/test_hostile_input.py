@@ -20,7 +20,6 @@ import pytest
 from test_rules_builders import NOW, fleet, gpu
 
 from gpufleet import cli
-from gpufleet import fleet as fleet_mod
 from gpufleet.cli.output import Output
 from gpufleet.inventory import load_inventory
 from gpufleet.model import (
@@ -43,6 +42,7 @@ from gpufleet.smoke.command import build_command
 from gpufleet.smoke.hostrun import HostRun
 from gpufleet.smoke.remote import ddp as smoke_ddp
 from gpufleet.smoke.runner import SmokeOptions
+from gpufleet.sweep.sweep import raw_file_name
 from gpufleet.transport.local import LocalTransport
 
 collect = importlib.import_module("gpufleet.probes.collect")  # the package exports a function
@@ -183,7 +183,7 @@ def test_9_concurrent_writers_each_use_their_own_temp_file(tmp_path: Path,
 
 def test_10_save_raw_names_are_unique_and_reversible() -> None:
     names = ["gpu/1", "gpu_1", "gpu@1", "gpu%2F1", "..", "-x"]
-    files = [fleet_mod.raw_file_name(n) for n in names]
+    files = [raw_file_name(n) for n in names]
     assert len(set(files)) == len(names)
     assert all("/" not in f and f not in (".txt", "..txt") for f in files)
     assert [urllib.parse.unquote(f.removesuffix(".txt")) for f in files] == names

@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 from test_rules_builders import BUSBW, DIGEST, NOW, facts, fleet, gpu, smoke
 
-from gpufleet.history import HISTORY_RULES
 from gpufleet.model import (
     SEVERITY_ORDER,
     ContainerInfo,
@@ -26,7 +25,8 @@ from gpufleet.model import (
     XidEvent,
 )
 from gpufleet.probes.gpus import THROTTLE_BITS, decode_throttle_mask
-from gpufleet.rules import RULES, data, evaluate
+from gpufleet.rules import RULES, evaluate, reference
+from gpufleet.rules.history import RULES as HISTORY_RULES
 from gpufleet.rules.slurm import RULES as SLURM_RULES
 
 DRV_OTHER = DriverInfo(version="580.95.05", kernel_module_version="580.95.05",
@@ -134,6 +134,8 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
         gpu(0, persistence_mode=False), gpu(1))}}}), "gpu02"),
     "GF410": (lambda: fleet({"gpu02": {"facts": {"gpus": (
         gpu(0, mig_mode="Enabled"), gpu(1))}}}), "gpu02"),
+    "GF414": (lambda: fleet({"gpu02": {"facts": {"gpus": (
+        gpu(0), gpu(1, ecc_mode="Disabled"))}}}), "gpu02"),
     "GF411": (lambda: fleet({"gpu02": {"facts": {"gpus": (
         gpu(0, throttle_reasons=decode_throttle_mask("0x0000000000000048"),
             throttle_mask="0x0000000000000048"), gpu(1))}}}), "gpu02"),
@@ -291,4 +293,4 @@ def test_healthy_h200_smoke_numbers_are_the_real_ones() -> None:
 
 def test_the_throttle_reasons_judged_bad_are_names_the_probe_decodes() -> None:
     """One bit table (probes/gpus.py); GF411's policy may only name reasons it yields."""
-    assert {name for _, name in THROTTLE_BITS} >= data.THROTTLE_BAD
+    assert {name for _, name in THROTTLE_BITS} >= reference.THROTTLE_BAD

@@ -122,6 +122,23 @@ def test_mig_expected_is_silent() -> None:
     assert _only(r, "GF410") == []
 
 
+def test_ecc_disabled_names_every_gpu_and_the_command() -> None:
+    # docs/add-a-rule.md's worked example: the finding test.
+    r = fleet({"gpu02": {"facts": {"gpus": (gpu(0, ecc_mode="Disabled"), gpu(1),
+                                            gpu(2, ecc_mode="Disabled"))}}})
+    [f] = _only(r, "GF414")
+    assert (f.hosts, f.severity, f.evidence) == (("gpu02",), "warning", {"gpus": [0, 2]})
+    assert f.message == "gpu02: ECC disabled on GPU(s) 0,2"
+    assert f.remediation.startswith("`nvidia-smi -i 0,2 -e 1` on gpu02, then reset the GPUs "
+                                    "(`nvidia-smi -r -i 0,2`)")
+
+
+def test_ecc_not_available_is_silent() -> None:
+    # The healthy test: a GPU without ECC memory reports "N/A", which the probe reads as None.
+    r = fleet({"gpu02": {"facts": {"gpus": (gpu(0, ecc_mode=None), gpu(1, ecc_mode="Enabled"))}}})
+    assert _only(r, "GF414") == []
+
+
 def test_ecc_lifetime_only_is_warning() -> None:
     (f,) = _only(fleet({"gpu02": {"facts": {"gpus": (
         gpu(0, ecc_uncorrected_aggregate=3), gpu(1))}}}), "GF402")

@@ -12,13 +12,14 @@ from gpufleet.cli import options
 from gpufleet.cli.engines import cmd_ansible_report
 from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, UsageError
 from gpufleet.cli.output import Output, check_dir, read_report
-from gpufleet.history import RunStore, StoreError, drift_findings, history_section
+from gpufleet.history import RunStore, StoreError, history_section
 from gpufleet.inventory import InventoryError, load_inventory
 from gpufleet.model import Report, to_jsonable
 from gpufleet.report import document
 from gpufleet.report.diff import diff_reports
 from gpufleet.report.history_text import render_history
 from gpufleet.report.pipeline import amend
+from gpufleet.rules.history import drift_findings
 
 
 def add(sub: Any) -> None:

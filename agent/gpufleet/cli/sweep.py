@@ -13,7 +13,6 @@ from gpufleet.cli import options, saved
 from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, UsageError
 from gpufleet.cli.output import Output, check_dir
 from gpufleet.engines.slurm.smoke import AllocationError, run_slurm_smoke
-from gpufleet.fleet import gather_facts, run_check
 from gpufleet.history import RunStore, StoreError
 from gpufleet.inventory import ExpectError, InventoryError, load_expectations, load_inventory
 from gpufleet.localize import render as localize_render
@@ -23,6 +22,7 @@ from gpufleet.redact import text as inert
 from gpufleet.report import document, exit_code, facts_table
 from gpufleet.report.pipeline import judge, summarized
 from gpufleet.smoke import levels
+from gpufleet.sweep.sweep import gather_facts, run_check
 
 
 def add(sub: Any) -> None:

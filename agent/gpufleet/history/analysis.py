@@ -1,10 +1,9 @@
-"""Per-host history over saved runs, and the slow-drift rules (GF520-GF529).
+"""Per-host history over saved runs: what the index keeps, known-good runs, changes, trends.
 
 A run is known-good for a host when the host was reachable, its smoke test (if any) passed and no
 finding at warning or above named it. A host's own baseline is the median of its last
-BASELINE_RUNS good runs measured alike (same backend and world size); it drifts when this run is
-more than DRIFT_MARGIN below that, even while it is above every fleet floor. Gloo runs on CPU ranks
-are not judged, as in rules/perf.py.
+BASELINE_RUNS good runs measured alike (same backend and world size); the slow-drift rules that
+judge a run against it (GF520/GF521) are rules/history.py's.
 """
 
 from __future__ import annotations
@@ -13,14 +12,10 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpufleet.model import Finding, fmt_bytes
+from gpufleet.model import fmt_bytes
 from gpufleet.report.common import host_worst, versions
 from gpufleet.report.wording import row_message
-from gpufleet.rules.base import finding
 
-# Rules judged here, against saved runs, not by rules.evaluate (tests/unit/test_history.py).
-HISTORY_RULES = ("GF520", "GF521")
-DRIFT_MARGIN = 0.10  # run-to-run busbw/TFLOP/s noise on one host stays well inside this
 BASELINE_RUNS = 10
 TREND_RUNS = 20
 
@@ -51,59 +46,11 @@ def _alike(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return bool(a.get("backend") == b.get("backend") and a.get("world") == b.get("world"))
 
 
-def _good_runs(name: str, now: Mapping[str, Any], entries: Sequence[Entry]) -> list[Entry]:
+def good_runs(name: str, now: Mapping[str, Any], entries: Sequence[Entry]) -> list[Entry]:
+    """`name`'s last BASELINE_RUNS known-good runs measured like `now` (its run summary)."""
     good = [e for e in entries
             if (s := e["hosts"].get(name)) is not None and s["good"] and _alike(s, now)]
     return good[-BASELINE_RUNS:]
-
-
-def drift_findings(doc: Mapping[str, Any], entries: Sequence[Entry]) -> list[Finding]:
-    """GF520 (busbw) and GF521 (TFLOP/s per GPU): this run against each host's own baseline."""
-    out: list[Finding] = []
-    for name, now in sorted(summarize_run(doc).items()):
-        if now["status"] != "ok" or now["backend"] in (None, "gloo"):
-            continue
-        good = _good_runs(name, now, entries)
-        if not good:
-            continue
-        runs = [e["file"] for e in good]
-        since = good[-1]["generated_at"]
-        # busbw at the largest size this run measured that the good runs measured too.
-        if now["busbw"] is not None:
-            size = str(now["busbw"][0])
-            base_vals = [e["hosts"][name]["busbw_all"][size] for e in good
-                         if size in e["hosts"][name].get("busbw_all", {})]
-            if base_vals:
-                base = statistics.median(base_vals)
-                cur = now["busbw"][1]
-                if cur < base * (1 - DRIFT_MARGIN):
-                    drop = 1 - cur / base
-                    out.append(finding(
-                        "GF520", [name],
-                        f"{name}: busbw {cur:.1f} GB/s at {fmt_bytes(int(size))} is "
-                        f"{drop:.0%} below its own baseline {base:.1f} GB/s "
-                        f"({len(base_vals)} good run(s), last {since})",
-                        {"busbw_gbps": cur, "bytes": int(size), "baseline_gbps": base,
-                         "drop": round(drop, 4), "margin": DRIFT_MARGIN, "baseline_runs": runs,
-                         "judged_by": "host history"},
-                        since=since, drop=f"{drop:.0%}"))
-        for gpu, cur in sorted(now["tflops"].items(), key=lambda kv: int(kv[0])):
-            vals = [e["hosts"][name]["tflops"][gpu] for e in good
-                    if gpu in e["hosts"][name]["tflops"]]
-            if not vals:
-                continue
-            base = statistics.median(vals)
-            if cur < base * (1 - DRIFT_MARGIN):
-                drop = 1 - cur / base
-                out.append(finding(
-                    "GF521", [name],
-                    f"{name} GPU {gpu}: matmul {cur:.1f} TFLOP/s is {drop:.0%} below its own "
-                    f"baseline {base:.1f} ({len(vals)} good run(s), last {since})",
-                    {"gpu": int(gpu), "tflops": cur, "baseline_tflops": base,
-                     "drop": round(drop, 4), "margin": DRIFT_MARGIN, "baseline_runs": runs,
-                     "judged_by": "host history", "subject": f"gpu{gpu}"},
-                    since=since, gpu=gpu, drop=f"{drop:.0%}"))
-    return out
 
 
 def _finding_keys(doc: Mapping[str, Any], name: str) -> dict[tuple[str, str], Mapping[str, Any]]:
@@ -165,7 +112,7 @@ def history_section(doc: Mapping[str, Any], entries: Sequence[Entry],
                 cache[last["file"]] = load(last)
             entry["changes"] = changes_since(cache[last["file"]], doc, name)
         if cur is not None and cur["busbw"]:
-            alike = _good_runs(name, cur, entries)
+            alike = good_runs(name, cur, entries)
             size = str(cur["busbw"][0])
             vals = [e["hosts"][name]["busbw_all"][size] for e in alike
                     if size in e["hosts"][name].get("busbw_all", {})]

@@ -1,6 +1,6 @@
 """`gpufleet localize` against real hosts: facts, exclusions, then the search over real worlds.
 
-Every host is connected once and probed (gpufleet.fleet's fact probe); the connections stay
+Every host is connected once and probed (gpufleet.sweep's connect_and_probe); the connections stay
 open for the whole search and each world is one `run_multinode` over a subset of them. Hosts
 the facts already rule out are reported and left out of every world, so they are never blamed
 on others: not reachable (any status but ok), GPUs busy (without --force), or a torch/CUDA/NCCL
@@ -17,11 +17,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpufleet.fanout import fan_out
 from gpufleet.localize.judge import Expectation, Measured
 from gpufleet.localize.search import Localization, Strategy, localize
 from gpufleet.model import Facts, HostResult, HostSpec, SmokeResult
-from gpufleet.transport import Transport, TransportError, connect
+from gpufleet.sweep.fanout import fan_out
+from gpufleet.transport import Transport, TransportError
 
 # Versions without importing torch (a second per host per world would double the cost): the
 # distribution metadata and torch/version.py, which is plain assignments.
@@ -180,8 +180,8 @@ def run_localize(
 ) -> LocalizeRun:
     """Connect, probe, exclude, then search. `expectation` (e.g. from the topology) wins over
     the inventory floor; without either, the run's own worlds are the baseline."""
-    from gpufleet.fleet import _probe  # noqa: PLC0415
     from gpufleet.smoke.runner import run_multinode  # noqa: PLC0415
+    from gpufleet.sweep.sweep import connect_and_probe  # noqa: PLC0415
 
     say = progress or (lambda text: print(f"gpufleet: {text}", file=sys.stderr))
     held: dict[str, Transport] = {}
@@ -189,13 +189,12 @@ def run_localize(
     lock = threading.Lock()
 
     def work(spec: HostSpec) -> HostResult:
+        probed, transport = connect_and_probe(
+            spec, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys,
+            probe_timeout=probe_timeout)
+        if transport is None:
+            return probed
         try:
-            transport = connect(spec, connect_timeout=connect_timeout,
-                                accept_new_host_keys=accept_new_host_keys)
-        except TransportError as exc:
-            return HostResult(name=spec.name, status=exc.status, error=exc.message)
-        try:
-            probed = _probe(transport, spec, probe_timeout, None)
             if probed.status == "ok":
                 found = _versions(transport, spec)
                 with lock:

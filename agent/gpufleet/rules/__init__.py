@@ -14,9 +14,9 @@ from gpufleet.rules import workspaces as workspace_rules
 from gpufleet.rules.base import Ctx
 from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 
-__all__ = ["FAMILIES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
+__all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
-_MODULES = (state, desired, drift, compat, hardware, perf, smoke, links, nccl, deep,
+MODULES = (state, desired, drift, compat, hardware, perf, smoke, links, nccl, deep,
             workspace_rules)
 
 
@@ -30,7 +30,7 @@ def evaluate(report: Report, *, now: datetime | None = None) -> tuple[Finding, .
     """All findings for `report`; `now` decides time windows (XIDs, end-of-life dates)."""
     ctx = Ctx(report=report, now=now or datetime.now(timezone.utc))
     found: dict[tuple[str, tuple[str, ...], str], Finding] = {}
-    for module in _MODULES:
+    for module in MODULES:
         for f in module.check(ctx):
             found.setdefault((f.rule, f.hosts, f.message), f)
     return sort_findings(list(found.values()))

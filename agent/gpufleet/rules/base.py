@@ -54,6 +54,19 @@ class Ctx:
             if h.smoke is not None:
                 yield h, h.smoke
 
+    def worlds(self) -> Iterable[tuple[HostResult, SmokeResult, tuple[str, ...]]]:
+        """Each smoke world once, with the first of its hosts and its sorted host names.
+
+        A multinode result is attached to every host of its world, so a rule that loops over
+        `with_smoke()` would report it once per host; a single-host run is its own world.
+        """
+        done: set[tuple[str, ...]] = set()
+        for h, s in self.with_smoke():
+            world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
+            if world not in done:
+                done.add(world)
+                yield h, s, world
+
 
 class _Blank(dict[str, str]):
     def __missing__(self, key: str) -> str:

@@ -1,4 +1,4 @@
-"""GF3xx: combinations that cannot work or are unsafe, judged from the data tables in data.py.
+"""GF3xx: combinations that cannot work or are unsafe, judged from the data tables in reference.py.
 
 The CUDA runtime a host runs comes from the smoke test (torch.version.cuda of the ranks) when one
 ran; otherwise it is read from the pytorch_image tag ("…-cuda12.8-…", "…cu130…").
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 from gpufleet.model import Facts, Finding, HostResult
-from gpufleet.rules import data
+from gpufleet.rules import reference
 from gpufleet.rules.base import (
     Ctx,
     branch_of,
@@ -21,6 +21,9 @@ from gpufleet.rules.base import (
     vless,
     vtuple,
 )
+
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF301", "GF302", "GF303", "GF304", "GF305", "GF306")
 
 
 def nccl_code(version: str | None) -> int | None:
@@ -51,11 +54,11 @@ def torch_nccl(h: HostResult) -> str | None:
 
 
 def _min_driver(cuda: str) -> str | None:
-    if cuda in data.CUDA_MIN_DRIVER:
-        return data.CUDA_MIN_DRIVER[cuda]
+    if cuda in reference.CUDA_MIN_DRIVER:
+        return reference.CUDA_MIN_DRIVER[cuda]
     # A runtime newer than the table: at least the newest known minimum of its major.
     major = cuda.split(".", maxsplit=1)[0] + "."
-    same = [v for k, v in data.CUDA_MIN_DRIVER.items() if k.startswith(major)]
+    same = [v for k, v in reference.CUDA_MIN_DRIVER.items() if k.startswith(major)]
     return max(same, key=lambda v: vtuple(v) or ()) if same else None
 
 
@@ -68,10 +71,10 @@ def _cuda_driver(ctx: Ctx, h: HostResult, f: Facts) -> Iterator[Finding]:
     if need is None or not vless(driver, need):
         return
     major = int(cuda.split(".")[0])
-    floor = data.CUDA_MINOR_COMPAT_FLOOR.get(major)
+    floor = reference.CUDA_MINOR_COMPAT_FLOOR.get(major)
     ev = {"cuda_runtime": cuda, "cuda_source": source, "driver": driver,
           "full_feature_min_driver": need, "minor_compat_floor": floor,
-          "driver_cuda": f.driver.cuda_version, "source": data.CUDA_SOURCE}
+          "driver_cuda": f.driver.cuda_version, "source": reference.CUDA_SOURCE}
     branch, driver_cuda = branch_of(need), f.driver.cuda_version or "?"
     if floor and not vless(driver, floor):
         yield finding(
@@ -83,7 +86,7 @@ def _cuda_driver(ctx: Ctx, h: HostResult, f: Facts) -> Iterator[Finding]:
         )
         return
     smoke_passed = source == "smoke" and h.smoke is not None and h.smoke.status == "pass"
-    datacenter = any(m in (g.name or "") for g in f.gpus for m in data.DATACENTER_GPU_MARKERS)
+    datacenter = any(m in (g.name or "") for g in f.gpus for m in reference.DATACENTER_GPU_MARKERS)
     if smoke_passed:
         yield finding(
             "GF301", [h.name],
@@ -108,17 +111,17 @@ def _branch_eol(ctx: Ctx, h: HostResult, f: Facts) -> Iterator[Finding]:
     if branch is None:
         return
     today = ctx.now.date()
-    info = data.DRIVER_BRANCH_EOL.get(branch)
-    if info is None and branch >= data.DRIVER_BRANCHES_PAST_EOL_BELOW:
+    info = reference.DRIVER_BRANCH_EOL.get(branch)
+    if info is None and branch >= reference.DRIVER_BRANCHES_PAST_EOL_BELOW:
         return  # a branch newer than the table: unknown, not judged
     # The next branch still supported past the notice window, long-term branches first.
-    notice = timedelta(days=data.DRIVER_EOL_NOTICE_DAYS)
+    notice = timedelta(days=reference.DRIVER_EOL_NOTICE_DAYS)
     live = sorted(
-        ((b.kind != "LTSB", n) for n, b in data.DRIVER_BRANCH_EOL.items()
+        ((b.kind != "LTSB", n) for n, b in reference.DRIVER_BRANCH_EOL.items()
          if n > branch and b.eol > today + notice),
     )
     target = live[0][1] if live else "a supported branch"
-    ev = {"driver": f.driver.version, "branch": branch, "source": data.DRIVER_BRANCH_SOURCE,
+    ev = {"driver": f.driver.version, "branch": branch, "source": reference.DRIVER_BRANCH_SOURCE,
           "eol": info.eol.isoformat() if info else None, "kind": info.kind if info else None}
     if info is None or info.eol < today:
         when = f"on {info.eol.isoformat()}" if info else "(R470-R575 are past end of life)"
@@ -135,16 +138,16 @@ def _branch_eol(ctx: Ctx, h: HostResult, f: Facts) -> Iterator[Finding]:
 
 
 def _toolkit(h: HostResult, f: Facts) -> Iterator[Finding]:
-    for floor in data.TOOLKIT_CVE_FLOORS:
+    for floor in reference.TOOLKIT_CVE_FLOORS:
         if vless(f.toolkit_version, floor.fixed_in):
             yield finding(
                 "GF303", [h.name],
                 f"{h.name}: NVIDIA Container Toolkit {f.toolkit_version} is below "
                 f"{floor.fixed_in} ({', '.join(floor.cves)})",
                 {"actual": f.toolkit_version, "fixed_in": floor.fixed_in, "cves": list(floor.cves),
-                 "source": data.TOOLKIT_SOURCE},
+                 "source": reference.TOOLKIT_SOURCE},
                 severity="error" if floor.severity == "error" else "warning",
-                fixed=data.TOOLKIT_RECOMMENDED,
+                fixed=reference.TOOLKIT_RECOMMENDED,
             )
             return
 

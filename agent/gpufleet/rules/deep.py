@@ -1,4 +1,4 @@
-"""GF53x and GF604-GF609: the smoke test's deeper checks (smoke/smoke_deep.py), one rule per cause.
+"""GF53x and GF604-GF609: the smoke test's deeper checks (smoke/remote/deep.py), one rule per cause.
 
 The script judges on the host, where every GPU's numbers meet; each failed judgement is a
 `problem` in its check's data ({"kind", "rank", "message", "fix", "host"?}). Here each kind gets
@@ -12,9 +12,12 @@ from typing import Any
 
 from gpufleet.model import Finding, SmokeCheck
 from gpufleet.rules.base import Ctx, finding
-from gpufleet.rules.catalog import SMOKE_HINTS
 
-# Smoke checks judged here rather than by GF601 (rules/smoke.py skips them).
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF530", "GF531", "GF532", "GF533", "GF534", "GF604", "GF605", "GF606",
+                          "GF607", "GF608", "GF609")
+
+# Smoke checks whose named problems are judged here rather than by GF601 (rules/smoke.py).
 DEEP_CHECKS = frozenset({"readiness", "hostdev_bw", "scaling", "sdc"})
 
 KIND_RULE: Mapping[str, str] = {
@@ -33,6 +36,12 @@ KIND_RULE: Mapping[str, str] = {
 _EVIDENCE_SKIP = frozenset({"kind", "message", "fix", "host"})
 
 
+def names_a_rule(c: SmokeCheck) -> bool:
+    """Whether one of a deeper check's problems has a rule here; a failed check whose problems
+    have none (it crashed) is GF601's, in rules/smoke.py."""
+    return any(str(p.get("kind")) in KIND_RULE for p in c.data.get("problems") or [])
+
+
 def _tf32(label: str, world: tuple[str, ...], c: SmokeCheck) -> Iterator[Finding]:
     if c.data.get("tf32_matmul_default") is not False:
         return
@@ -45,17 +54,11 @@ def _tf32(label: str, world: tuple[str, ...], c: SmokeCheck) -> Iterator[Finding
 
 
 def check(ctx: Ctx) -> Iterator[Finding]:
-    done: set[tuple[str, ...]] = set()
-    for h, s in ctx.with_smoke():
-        world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
-        if world in done:
-            continue
-        done.add(world)
+    for _h, s, world in ctx.worlds():
         label = "+".join(world)
         for c in s.checks:
             if c.name not in DEEP_CHECKS:
                 continue
-            named = False
             for p in c.data.get("problems") or []:
                 rule = KIND_RULE.get(str(p.get("kind")))
                 if rule is None:
@@ -68,12 +71,5 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                               {"check": c.name, **evidence,
                                "subject": f"rank{rank}" if rank is not None else c.name},
                               fix=p.get("fix") or "see the check's detail")
-                named = True
-            if not c.passed and not named:
-                yield finding("GF601", world,
-                              f"{label}: smoke check {c.name} failed: {c.detail}",
-                              {"check": c.name, "detail": c.detail, "data": dict(c.data),
-                               "subject": c.name},
-                              hint=SMOKE_HINTS.get(c.name, f"smoke check {c.name} failed"))
             if c.name == "readiness" and s.backend == "nccl":
                 yield from _tf32(label, world, c)

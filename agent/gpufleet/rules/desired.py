@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from gpufleet.model import Finding
 from gpufleet.rules.base import Ctx, branch_of, finding
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF101", "GF102", "GF103", "GF104", "GF105", "GF106", "GF107")
+
 
 def check(ctx: Ctx) -> Iterator[Finding]:
     for h, f in ctx.with_facts():

@@ -12,6 +12,10 @@ from collections.abc import Callable, Iterator
 from gpufleet.model import Expectations, Facts, Finding
 from gpufleet.rules.base import Ctx, finding, gpu_model
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF201", "GF202", "GF203", "GF204", "GF205", "GF206", "GF207", "GF208",
+                          "GF209")
+
 ABSENT = "(absent)"
 
 Getter = Callable[[Facts], str | None]

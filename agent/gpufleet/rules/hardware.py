@@ -9,14 +9,18 @@ from datetime import datetime, timedelta, timezone
 
 from gpufleet.bandwidth import sku_of
 from gpufleet.model import Facts, Finding, HostResult, XidEvent
-from gpufleet.rules import data
+from gpufleet.rules import reference
 from gpufleet.rules.base import Ctx, finding
+
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF401", "GF402", "GF403", "GF404", "GF405", "GF406", "GF407", "GF408",
+                          "GF409", "GF410", "GF411", "GF412", "GF414")
 
 _FABRIC_OK = frozenset({"Completed", "N/A", "Not Supported"})
 _UPTIME = re.compile(r"^\[\s*\d+(\.\d+)?\]$")
 
 
-def xid_in_window(ev: XidEvent, now: datetime, hours: int = data.XID_WINDOW_HOURS) -> bool:
+def xid_in_window(ev: XidEvent, now: datetime, hours: int = reference.XID_WINDOW_HOURS) -> bool:
     """True when the event is recent. An uptime stamp ("[ 12.3]") is this boot: recent."""
     ts = (ev.timestamp or "").strip()
     if not ts or _UPTIME.match(ts):
@@ -72,7 +76,7 @@ def _gpus(h: HostResult, f: Facts) -> Iterator[Finding]:
                           f"max Gen{gen[1]} x{width[1]}" + (" (idle)" if idle_only else ""),
                           ev | {"gen": list(gen), "width": list(width)},
                           severity="info" if idle_only else None, gpu=g.index)
-        bad = sorted(set(reasons) & data.THROTTLE_BAD)
+        bad = sorted(set(reasons) & reference.THROTTLE_BAD)
         if bad:
             yield finding("GF411", [name],
                           f"{name} GPU {g.index}: clocks throttled: {', '.join(bad)}",
@@ -89,6 +93,11 @@ def _settings(name: str, f: Facts, mig_expected: bool) -> Iterator[Finding]:
     if mig and not mig_expected:
         yield finding("GF410", [name], f"{name}: MIG enabled on GPU(s) {_ids(mig)}",
                       {"gpus": mig}, gpu=_ids(mig))
+    # "N/A" (no ECC memory, e.g. GeForce) parses to None: only a switched-off ECC is a finding.
+    no_ecc = [g.index for g in f.gpus if (g.ecc_mode or "").lower() == "disabled"]
+    if no_ecc:
+        yield finding("GF414", [name], f"{name}: ECC disabled on GPU(s) {_ids(no_ecc)}",
+                      {"gpus": no_ecc}, gpu=_ids(no_ecc))
 
 
 def _ids(indexes: list[int]) -> str:
@@ -149,12 +158,12 @@ def _xids(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
         last = events[-1]
         times = f" x{len(events)}, last" if len(events) > 1 else ""
         yield finding(
-            "GF405" if xid in data.CRITICAL_XIDS and recent else "GF406", [name],
+            "GF405" if xid in reference.CRITICAL_XIDS and recent else "GF406", [name],
             f"{name}: XID {xid} on {bus or '?'}{times} at {last.timestamp or '?'}"
             + ("" if recent else " (outside the window)") + f": {last.message}",
             {"xid": xid, "bus_id": bus, "count": len(events), "first": events[0].timestamp,
              "last": last.timestamp, "message": last.message, "recent": recent,
-             "window_hours": data.XID_WINDOW_HOURS, "source": data.XID_SOURCE,
+             "window_hours": reference.XID_WINDOW_HOURS, "source": reference.XID_SOURCE,
              "subject": f"xid{xid}@{bus}{'' if recent else '-old'}"},
-            hint=data.XID_HINTS.get(xid, f"XID {xid}: drain the host and run `dcgmi diag -r 3`"),
+            hint=reference.XID_HINTS.get(xid, f"XID {xid}: {reference.XID_HINT_DEFAULT}"),
         )

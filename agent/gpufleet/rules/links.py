@@ -14,6 +14,9 @@ from gpufleet.model import Finding, fmt_bytes
 from gpufleet.rules.base import Ctx, finding
 from gpufleet.rules.nccl import suspects
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF413", "GF504")
+
 
 def check(ctx: Ctx) -> Iterator[Finding]:
     for h, f in ctx.with_facts():
@@ -24,12 +27,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                                "source": bandwidth.SOURCES["nvlink_speeds"],
                                "subject": f"gpu{issue.gpu}"},
                               gpu=issue.gpu)
-    done: set[tuple[str, ...]] = set()
-    for h, s in ctx.with_smoke():
-        world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
-        if world in done:
-            continue
-        done.add(world)
+    for h, s, world in ctx.worlds():
         for c in s.checks:
             if c.name != "busbw" or c.passed or c.data.get("basis") != "expectation":
                 continue

@@ -15,6 +15,9 @@ from gpufleet.model import Finding, NcclConfig, NcclSetting
 from gpufleet.probes.nccl import ENVIRONMENT
 from gpufleet.rules.base import Ctx, finding
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF701", "GF702", "GF703", "GF704")
+
 
 def _on(v: str) -> bool:
     return v.strip().lower() not in ("", "0", "false", "no", "off")

@@ -14,8 +14,11 @@ from collections.abc import Iterator, Sequence
 
 from gpufleet.model import Facts, Finding, cohort_label, fmt_bytes
 from gpufleet.model import topology_signature as _signature
-from gpufleet.rules import data
+from gpufleet.rules import reference
 from gpufleet.rules.base import Ctx, finding, gpu_model
+
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF501", "GF502", "GF503")
 
 
 def topology_signature(f: Facts) -> str:
@@ -24,11 +27,11 @@ def topology_signature(f: Facts) -> str:
 
 def low_outliers(values: Sequence[float]) -> tuple[float, float, float] | None:
     """(median, mad, limit) when there are enough samples, else None."""
-    if len(values) < data.OUTLIER_MIN_SAMPLES:
+    if len(values) < reference.OUTLIER_MIN_SAMPLES:
         return None
     med = statistics.median(values)
     mad = statistics.median(abs(v - med) for v in values)
-    limit = min(med - data.MAD_K * 1.4826 * mad, med * (1 - data.OUTLIER_MIN_DROP))
+    limit = min(med - reference.MAD_K * 1.4826 * mad, med * (1 - reference.OUTLIER_MIN_DROP))
     return med, mad, limit
 
 

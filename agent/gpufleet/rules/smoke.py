@@ -7,24 +7,22 @@ from collections.abc import Iterator
 from gpufleet.model import Finding
 from gpufleet.rules.base import Ctx, finding
 from gpufleet.rules.catalog import SMOKE_HINTS
-from gpufleet.rules.deep import DEEP_CHECKS
+from gpufleet.rules.deep import DEEP_CHECKS, names_a_rule
+
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF601", "GF602", "GF603")
 
 _TAIL = 2000  # characters of log kept as evidence
 
 
 def check(ctx: Ctx) -> Iterator[Finding]:
-    done: set[tuple[str, ...]] = set()
-    for h, s in ctx.with_smoke():
-        # A multinode result is attached to every host of its world: judge it once.
-        world = tuple(sorted(s.hosts)) if len(s.hosts) > 1 else (h.name,)
-        if world in done:
-            continue
-        done.add(world)
+    for _h, s, world in ctx.worlds():
         label = "+".join(world)
         for c in s.checks:
             # A busbw check judged against the host's expectation is GF504's (rules/links.py);
-            # the deeper checks are rules/deep.py's.
-            if (not c.passed and c.name not in DEEP_CHECKS
+            # a deeper check's named problems are rules/deep.py's, its crash is GF601 here.
+            if (not c.passed
+                    and not (c.name in DEEP_CHECKS and names_a_rule(c))
                     and not (c.name == "busbw" and c.data.get("basis") == "expectation")):
                 yield finding("GF601", world, f"{label}: smoke check {c.name} failed: {c.detail}",
                               {"check": c.name, "detail": c.detail, "data": dict(c.data),

@@ -11,6 +11,10 @@ from collections.abc import Iterator
 from gpufleet.model import ContainerInfo, Facts, Finding
 from gpufleet.rules.base import Ctx, finding
 
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF801", "GF802", "GF803", "GF804", "GF805", "GF806", "GF807", "GF808",
+                          "GF809")
+
 
 def _canonical(gpu: str, facts: Facts) -> tuple[str, ...]:
     """A device request's ID -> the GPU(s) it names, as UUIDs where the facts know them."""

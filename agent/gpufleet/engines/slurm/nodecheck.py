@@ -42,8 +42,8 @@ def run_node_check(
     generated_at: str,
 ) -> Report:
     """Facts (and at level quick the smoke test) of this machine, judged by the rules."""
-    from gpufleet.fleet import run_check  # noqa: PLC0415
     from gpufleet.report.pipeline import judge  # noqa: PLC0415
+    from gpufleet.sweep.sweep import run_check  # noqa: PLC0415
 
     results = run_check([spec], level=level, force=force, forks=1, probe_timeout=timeout,
                         smoke_timeout=smoke_timeout, progress=False, smoke_without_gpu=False)

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpufleet import probes
-from gpufleet.fanout import fan_out
 from gpufleet.inventory import node_spec
 from gpufleet.model import HostResult, HostSpec, SmokeResult
+from gpufleet.sweep.fanout import fan_out
 from gpufleet.transport.srun import SrunTransport
 
 

@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from gpufleet import probes
-from gpufleet.fanout import fan_out
-from gpufleet.model import CommandResult, Facts, HostResult, HostSpec, SmokeResult
+from gpufleet.model import Facts, HostResult, HostSpec, SmokeResult
 from gpufleet.redact import redact
+from gpufleet.sweep.fanout import fan_out
 from gpufleet.transport import Transport, TransportError, connect
+from gpufleet.transport.watched import Watched
 
 
 def _raw_sink(raw_dir: Path | None, name: str) -> Callable[[str], None] | None:
@@ -36,31 +37,10 @@ def raw_file_name(host: str) -> str:
     return urllib.parse.quote(host, safe="") + ".txt"
 
 
-class _Watched(Transport):
-    """Passes everything through and remembers whether a command ran out of time."""
-
-    def __init__(self, inner: Transport) -> None:
-        self.name = inner.name
-        self.inner = inner
-        self.timed_out = False
-
-    def run(self, argv: Sequence[str], *, timeout: float, stdin: bytes | None = None,
-            env: Mapping[str, str] | None = None) -> CommandResult:
-        result = self.inner.run(argv, timeout=timeout, stdin=stdin, env=env)
-        self.timed_out = self.timed_out or result.timed_out
-        return result
-
-    def put(self, data: bytes, remote_path: str, mode: int = 0o644) -> None:
-        self.inner.put(data, remote_path, mode)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def _probe(transport: Transport, spec: HostSpec, probe_timeout: float,
-           raw_dir: Path | None) -> HostResult:
+def probe(transport: Transport, spec: HostSpec, probe_timeout: float,
+          raw_dir: Path | None = None) -> HostResult:
     """The host's facts; a probe that ran out of time keeps its partial facts as "timeout"."""
-    watched = _Watched(transport)
+    watched = Watched(transport)
     facts = probes.collect(watched, spec, timeout=probe_timeout,
                            raw_sink=_raw_sink(raw_dir, spec.name))
     if watched.timed_out:
@@ -68,6 +48,27 @@ def _probe(transport: Transport, spec: HostSpec, probe_timeout: float,
         return HostResult(name=spec.name, status="timeout", error=f"{spec.name}: {why}",
                           facts=facts)
     return HostResult(name=spec.name, status="ok", facts=facts)
+
+
+def connect_and_probe(spec: HostSpec, *, connect_timeout: float, accept_new_host_keys: bool,
+                      probe_timeout: float, raw_dir: Path | None = None,
+                      ) -> tuple[HostResult, Transport | None]:
+    """Connect to `spec` and collect its facts: the result and, when the probe ran, the open
+    transport, which the caller holds for the smoke test (or a world) and closes.
+
+    A host that cannot be reached, or a connection lost mid-probe, is a result with its status
+    and no transport (closed here).
+    """
+    try:
+        transport = connect(spec, connect_timeout=connect_timeout,
+                            accept_new_host_keys=accept_new_host_keys)
+    except TransportError as exc:
+        return HostResult(name=spec.name, status=exc.status, error=exc.message), None
+    try:
+        return probe(transport, spec, probe_timeout, raw_dir), transport
+    except TransportError as exc:
+        transport.close()
+        return HostResult(name=spec.name, status=exc.status, error=exc.message), None
 
 
 def gather_facts(
@@ -83,12 +84,12 @@ def gather_facts(
     """Facts for every host; a host that cannot be reached is a result with its status."""
 
     def work(spec: HostSpec) -> HostResult:
-        try:
-            with connect(spec, connect_timeout=connect_timeout,
-                         accept_new_host_keys=accept_new_host_keys) as transport:
-                return _probe(transport, spec, probe_timeout, raw_dir)
-        except TransportError as exc:
-            return HostResult(name=spec.name, status=exc.status, error=exc.message)
+        probed, transport = connect_and_probe(
+            spec, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys,
+            probe_timeout=probe_timeout, raw_dir=raw_dir)
+        if transport is not None:
+            transport.close()
+        return probed
 
     return fan_out(specs, work, forks=forks, progress=progress, label="facts")
 
@@ -126,14 +127,13 @@ def run_check(
     lock = threading.Lock()
 
     def work(spec: HostSpec) -> HostResult:
-        try:
-            transport = connect(spec, connect_timeout=connect_timeout,
-                                accept_new_host_keys=accept_new_host_keys)
-        except TransportError as exc:
-            return HostResult(name=spec.name, status=exc.status, error=exc.message)
+        probed, transport = connect_and_probe(
+            spec, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys,
+            probe_timeout=probe_timeout, raw_dir=raw_dir)
+        if transport is None:
+            return probed
         keep = False
         try:
-            probed = _probe(transport, spec, probe_timeout, raw_dir)
             facts = probed.facts
             if probed.status != "ok" or facts is None:
                 return probed
@@ -160,24 +160,33 @@ def run_check(
                           label="check" if not multinode else "facts")
         if not multinode or not held:
             return results
-        members = [(spec, held[spec.name], f) for spec in specs
-                   if spec.name in held and (f := results[spec.name].facts) is not None]
-        names = tuple(m[0].name for m in members)
-        try:
-            smokes = runner.run_multinode(members, level=level, timeout=smoke_timeout)
-        except Exception as exc:  # the world failed as a whole: every member says why
-            failed = SmokeResult(status="error", level=level, error=f"{type(exc).__name__}: "
-                                 f"{exc}", hosts=names)
-            smokes = dict.fromkeys(names, failed)
-        missing = SmokeResult(status="error", level=level, hosts=names,
-                              error="the multinode run returned no result for this host")
-        return {
-            name: dataclasses.replace(r, smoke=smokes.get(name, missing)) if name in held else r
-            for name, r in results.items()
-        }
+        return _one_world(specs, held, results, level, smoke_timeout)
     finally:
         for transport in held.values():
             transport.close()
+
+
+def _one_world(specs: Sequence[HostSpec], held: Mapping[str, Transport],
+               results: Mapping[str, HostResult], level: str,
+               smoke_timeout: float) -> dict[str, HostResult]:
+    """The multinode smoke test of every held host as one world; its result on each member."""
+    from gpufleet.smoke import runner  # noqa: PLC0415  # torch-side code only when smoking
+
+    members = [(spec, held[spec.name], f) for spec in specs
+               if spec.name in held and (f := results[spec.name].facts) is not None]
+    names = tuple(m[0].name for m in members)
+    try:
+        smokes = runner.run_multinode(members, level=level, timeout=smoke_timeout)
+    except Exception as exc:  # the world failed as a whole: every member says why
+        failed = SmokeResult(status="error", level=level, error=f"{type(exc).__name__}: "
+                             f"{exc}", hosts=names)
+        smokes = dict.fromkeys(names, failed)
+    missing = SmokeResult(status="error", level=level, hosts=names,
+                          error="the multinode run returned no result for this host")
+    return {
+        name: dataclasses.replace(r, smoke=smokes.get(name, missing)) if name in held else r
+        for name, r in results.items()
+    }
 
 
 def _no_gpu(facts: Facts) -> str | None:

@@ -125,6 +125,7 @@ XID_HINTS: Mapping[int, str] = {
     119: "GSP RPC timeout: reboot; update the driver if it repeats",
     120: "GSP error: reboot; update the driver if it repeats",
 }
+XID_HINT_DEFAULT = "drain the host and run `dcgmi diag -r 3`"
 # An XID older than this no longer makes the host unhealthy (it still shows as info).
 XID_WINDOW_HOURS = 24
 
