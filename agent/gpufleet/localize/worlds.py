@@ -163,6 +163,18 @@ def _exclusions(
     return out
 
 
+def _baseline(expectation: Expectation | None,
+              specs: Mapping[str, HostSpec]) -> tuple[Expectation | None, str]:
+    """What a world is judged against, and how the report names it: the topology's expectation,
+    else the inventory floor, else the run's own worlds."""
+    if expectation is not None:
+        return expectation, "topology expectation"
+    floor = inventory_floor(specs)
+    if floor is not None:
+        return floor, "gpufleet_multinode_min_busbw_gbps"
+    return None, "this run's worlds (median of same-size worlds minus margin)"
+
+
 def run_localize(
     specs: Sequence[HostSpec],
     *,
@@ -232,12 +244,7 @@ def run_localize(
                 f"{'; ' + m.error[:200] if m.error else ''} in {m.duration_s:.1f} s")
             return m
 
-        chosen, basis = expectation, "topology expectation"
-        if chosen is None:
-            chosen = inventory_floor({n: by_name[n] for n in hosts})
-            basis = "gpufleet_multinode_min_busbw_gbps"
-        if chosen is None:
-            basis = "this run's worlds (median of same-size worlds minus margin)"
+        chosen, basis = _baseline(expectation, {n: by_name[n] for n in hosts})
         domains = failure_domains([by_name[n] for n in hosts], strategy)
         search = localize(hosts, run, expectation=chosen, domains=domains, strategy=strategy,
                           max_worlds=max_worlds)

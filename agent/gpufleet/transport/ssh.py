@@ -423,29 +423,9 @@ class SshTransport(Transport):
         chan = self._session(timeout)
         if chan is None:  # nothing started on the host: there is nothing to kill
             return self._result(None, out, err, pending, started, timed_out=True)
-        # paramiko waits for the exec reply (and for window space to send stdin) without a
-        # timeout: a host that stops answering would hold this thread forever.
-        stuck: list[bool] = []
-
-        def give_up() -> None:
-            stuck.append(True)
-            chan.close()
-
-        watchdog = threading.Timer(timeout, give_up)
-        watchdog.daemon = True
-        watchdog.start()
         try:
-            try:
-                chan.exec_command(line)
-                if stdin:
-                    chan.sendall(stdin)
-                chan.shutdown_write()
-            except (paramiko.SSHException, OSError, EOFError):
-                if stuck:
-                    return self._result(None, out, err, pending, started, timed_out=True)
-                raise
-            finally:
-                watchdog.cancel()
+            if not self._exec(chan, line, stdin, timeout):
+                return self._result(None, out, err, pending, started, timed_out=True)
             fd = chan.fileno()  # readable whenever stdout or stderr has data or EOF arrived
             while True:
                 while chan.recv_ready():
@@ -490,6 +470,33 @@ class SshTransport(Transport):
                                      f"{self.name}: connection lost while the command ran")
             rc = None  # killed by a signal on the host
         return self._result(rc, out, err, pending, started)
+
+    @staticmethod
+    def _exec(chan: paramiko.Channel, line: str, stdin: bytes | None, timeout: float) -> bool:
+        """Start `line` on `chan` and send `stdin`; False when the host stopped answering within
+        `timeout`. paramiko waits for the exec reply (and for window space to send stdin)
+        without a timeout: a host that stops answering would hold this thread forever."""
+        stuck: list[bool] = []
+
+        def give_up() -> None:
+            stuck.append(True)
+            chan.close()
+
+        watchdog = threading.Timer(timeout, give_up)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            chan.exec_command(line)
+            if stdin:
+                chan.sendall(stdin)
+            chan.shutdown_write()
+        except (paramiko.SSHException, OSError, EOFError):
+            if stuck:
+                return False
+            raise
+        finally:
+            watchdog.cancel()
+        return True
 
     @staticmethod
     def _result(rc: int | None, out: capture.Capped, err: capture.Capped, pending: bytes,
