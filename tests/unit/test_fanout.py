@@ -144,7 +144,7 @@ def test_check_runs_smoke_only_where_facts_are_ok(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(runner, "run_smoke", run_smoke)
     ssh = HostSpec(name="nowhere", address="no-such-host.invalid", port=22)
-    results = fleet.run_check([SPECS[0], SPECS[1], ssh], level="quick", connect_timeout=2,
+    results = fleet.run_check([SPECS[0], SPECS[1], ssh], smoke_level="quick", connect_timeout=2,
                               progress=False)
     assert sorted(calls) == ["h00", "h01"]
     assert results["h00"].smoke == SmokeResult(status="pass", level="quick")
@@ -163,7 +163,8 @@ def test_hosts_without_nvidia_smi_can_skip_the_smoke(monkeypatch: pytest.MonkeyP
         raise AssertionError("the smoke test must not run on a host without GPUs here")
 
     monkeypatch.setattr(runner, "run_smoke", run_smoke)
-    results = fleet.run_check(SPECS[:1], level="quick", progress=False, smoke_without_gpu=False)
+    results = fleet.run_check(SPECS[:1], smoke_level="quick", progress=False,
+                              smoke_without_gpu=False)
     smoke = results["h00"].smoke
     assert smoke is not None and smoke.status == "skipped"
     assert smoke.error == "no NVIDIA GPU (nvidia-smi: not found): nothing to smoke-test"
@@ -186,7 +187,7 @@ def test_multinode_gets_every_reachable_host_with_open_transports(
 
     monkeypatch.setattr(runner, "run_multinode", run_multinode)
     ssh = HostSpec(name="nowhere", address="no-such-host.invalid", port=22)
-    results = fleet.run_check([SPECS[0], ssh, SPECS[1]], level="quick", multinode=True,
+    results = fleet.run_check([SPECS[0], ssh, SPECS[1]], smoke_level="quick", multinode=True,
                               connect_timeout=2, progress=False)
     assert seen == [("h00", True), ("h01", True)]
     assert results["h00"].smoke is not None and results["h00"].smoke.status == "pass"
@@ -221,7 +222,7 @@ def test_probe_that_runs_out_of_time_is_timeout_with_partial_facts(
     monkeypatch.setattr(gpufleet.probes, "collect", collect)
     monkeypatch.setattr(runner, "run_smoke", run_smoke)
     for results in (fleet.gather_facts(SPECS[:1], progress=False),
-                    fleet.run_check(SPECS[:1], level="quick", progress=False)):
+                    fleet.run_check(SPECS[:1], smoke_level="quick", progress=False)):
         h = results["h00"]
         assert (h.status, h.error) == ("timeout", "h00: probe did not finish")
         assert h.facts is not None and h.facts.os.kernel == "6.1" and h.smoke is None

@@ -99,7 +99,7 @@ def cmd_facts(args: argparse.Namespace) -> int:
     out = Output(args.output)
     if args.format == "json":
         report = Report(hosts=results, specs={s.name: s for s in specs}, generated_at=options.now(),
-                        level="facts")
+                        level=levels.NO_SMOKE)
         out.write(json.dumps(document(report), indent=2))
     else:
         out.write(facts_table(results, color=out.tty, width=out.width(160)))
@@ -114,7 +114,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError("--expect goes with --slurm (with -i, the inventory has the variables)")
     specs = _specs(args)
     results = run_check(
-        specs, level=args.level, multinode=args.multinode, force=args.force, forks=args.forks,
+        specs, smoke_level=levels.smoke_level(args.level), multinode=args.multinode,
+        force=args.force, forks=args.forks,
         connect_timeout=args.connect_timeout, probe_timeout=args.timeout,
         smoke_timeout=args.smoke_timeout or levels.timeout(args.level),
         accept_new_host_keys=args.accept_new_host_keys, raw_dir=args.save_raw,

@@ -194,7 +194,9 @@ def report_from_results(results: Mapping[str, HostResult], *, generated_at: str,
     gives each host's desired-state variables (gpu_facts returns them as gpufleet_expect)."""
     from gpufleet.inventory import node_spec  # noqa: PLC0415
     from gpufleet.report.pipeline import judge  # noqa: PLC0415
+    from gpufleet.smoke.levels import NO_SMOKE  # noqa: PLC0415
 
     specs = {h: node_spec(h, (expect or {}).get(h, {})) for h in results}
-    report = Report(hosts=dict(results), specs=specs, generated_at=generated_at, level="facts")
+    report = Report(hosts=dict(results), specs=specs, generated_at=generated_at,
+                    level=NO_SMOKE)
     return judge(report)

@@ -87,3 +87,8 @@ def get(level: str) -> Level:
 def timeout(level: str) -> float:
     """The controller's default timeout for a smoke run at LEVEL (quick's for an unknown one)."""
     return get(level).timeout_s
+
+
+def smoke_level(check_level: str) -> str | None:
+    """The smoke level a `check`/`node-check --level` value asks for; None for `facts`."""
+    return None if check_level == NO_SMOKE else check_level

@@ -97,7 +97,7 @@ def gather_facts(
 def run_check(
     specs: Sequence[HostSpec],
     *,
-    level: str,
+    smoke_level: str | None,
     multinode: bool = False,
     force: bool = False,
     forks: int | None = None,
@@ -109,20 +109,21 @@ def run_check(
     progress: bool | None = None,
     smoke_without_gpu: bool = True,
 ) -> dict[str, HostResult]:
-    """Facts, then the smoke test at `level` ("facts" = none) on every host whose status is ok.
+    """Facts, then the smoke test at `smoke_level` (None: none) on every host whose status is ok.
 
     Single-node: each host runs its own smoke on the connection that collected its facts.
     Multinode: every reachable host joins one world (gpufleet.smoke.runner.run_multinode).
     smoke_without_gpu=False skips hosts without nvidia-smi (the no-inventory "this machine"
     case: a laptop or CI box has nothing to smoke-test); otherwise they run CPU/gloo ranks.
     """
-    if level == "facts":
+    if smoke_level is None:
         return gather_facts(specs, forks=forks, connect_timeout=connect_timeout,
                             probe_timeout=probe_timeout,
                             accept_new_host_keys=accept_new_host_keys, raw_dir=raw_dir,
                             progress=progress)
     from gpufleet.smoke import runner  # noqa: PLC0415  # torch-side code only when smoking
 
+    level = smoke_level
     held: dict[str, Transport] = {}
     lock = threading.Lock()
 

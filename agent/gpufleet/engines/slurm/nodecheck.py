@@ -43,10 +43,12 @@ def run_node_check(
 ) -> Report:
     """Facts (and at level quick the smoke test) of this machine, judged by the rules."""
     from gpufleet.report.pipeline import judge  # noqa: PLC0415
+    from gpufleet.smoke.levels import smoke_level  # noqa: PLC0415
     from gpufleet.sweep.sweep import run_check  # noqa: PLC0415
 
-    results = run_check([spec], level=level, force=force, forks=1, probe_timeout=timeout,
-                        smoke_timeout=smoke_timeout, progress=False, smoke_without_gpu=False)
+    results = run_check([spec], smoke_level=smoke_level(level), force=force, forks=1,
+                        probe_timeout=timeout, smoke_timeout=smoke_timeout, progress=False,
+                        smoke_without_gpu=False)
     report = Report(hosts=results, specs={spec.name: spec}, generated_at=generated_at,
                     level=level)
     return judge(report)
