@@ -57,9 +57,11 @@ def test_row_message_drops_only_its_own_host() -> None:
 def test_page_data_cohort_median_expected_and_families() -> None:
     doc = _doc({"gpu02": {"smoke": {"busbw_gbps": {**BUSBW, 4 << 30: 250.0}}},
                 "gpu03": {"facts": {"toolkit_version": "1.17.4"}}})
-    # An expected curve as another part of the program may publish it, and one bad value.
-    doc["hosts"]["gpu01"]["smoke"]["expected_busbw_gbps"] = {str(4 << 30): 360.0,
-                                                             str(1 << 20): "n/a"}
+    # The expected curve where the busbw check carries it, with one bad value.
+    curve = {str(4 << 30): 360.0, str(1 << 20): "n/a"}
+    doc["hosts"]["gpu01"]["smoke"].setdefault("checks", []).append(
+        {"name": "busbw", "passed": True, "detail": "", "data": {
+            "expectation": {"expected_gbps": curve}}})
     data = page_data(doc)
     hosts = {h["name"]: h for h in data["hosts"]}
     assert hosts["gpu01"]["expected"]["curve"] == [[4 << 30, 360.0]]

@@ -17,14 +17,11 @@ from gpufleet.report.common import family_of, host_worst, summary_line, versions
 from gpufleet.report.wording import row_message
 from gpufleet.rules import FAMILIES, RULES
 
-# Keys under which an expected busbw curve (message bytes -> GB/s) may come, in the smoke result
-# or in a finding's evidence; the first that holds a mapping wins. Absent: the plot has none.
-# "expected_gbps" (a size -> GB/s map) is what the busbw check's data.expectation carries
-# (gpufleet.bandwidth, via the smoke verdict); the others are accepted from older or outside runs.
-EXPECTED_CURVE_KEYS = ("expected_gbps", "expected_busbw_gbps", "busbw_expected_gbps",
-                       "expected_curve")
-# A single expected number (GB/s) draws a flat line over the measured sizes.
-EXPECTED_VALUE_KEYS = ("expected_gbps", "expected_busbw")
+# The expected busbw: a curve (message bytes -> GB/s) under "expected_gbps" in the busbw check's
+# data.expectation (gpufleet.bandwidth, via the smoke verdict), or a single number (GF504's
+# evidence: the size that fell short) drawn as a flat line. The report schema is versioned, so
+# no other spelling is accepted.
+EXPECTED_KEY = "expected_gbps"
 
 
 def _curve(raw: Any) -> list[list[float]] | None:
@@ -57,10 +54,7 @@ def cohort_of(hdoc: Mapping[str, Any]) -> str | None:
 
 def _expected(hdoc: Mapping[str, Any], findings: list[Mapping[str, Any]]) -> dict[str, Any]:
     smoke = hdoc.get("smoke") or {}
-    sources: list[Mapping[str, Any]] = [smoke]
-    for key in ("expectation", "expected"):
-        if isinstance(smoke.get(key), Mapping):
-            sources.append(smoke[key])
+    sources: list[Mapping[str, Any]] = []
     for check in smoke.get("checks") or []:
         data = check.get("data") if isinstance(check, Mapping) else None
         if (check.get("name") == "busbw" and isinstance(data, Mapping)
@@ -69,12 +63,10 @@ def _expected(hdoc: Mapping[str, Any], findings: list[Mapping[str, Any]]) -> dic
     sources += [f.get("evidence") or {} for f in findings]
     out: dict[str, Any] = {"curve": None, "value": None, "floor": None}
     for src in sources:
-        for key in EXPECTED_CURVE_KEYS:
-            if out["curve"] is None:
-                out["curve"] = _curve(src.get(key))
-        for key in EXPECTED_VALUE_KEYS:
-            if out["value"] is None and isinstance(src.get(key), (int, float)):
-                out["value"] = float(src[key])
+        if out["curve"] is None:
+            out["curve"] = _curve(src.get(EXPECTED_KEY))
+        if out["value"] is None and isinstance(src.get(EXPECTED_KEY), (int, float)):
+            out["value"] = float(src[EXPECTED_KEY])
         if out["floor"] is None and isinstance(src.get("floor_gbps"), (int, float)):
             out["floor"] = float(src["floor_gbps"])
     return out
