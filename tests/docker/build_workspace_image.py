@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-from dockerlib import DockerLab
+from dockerlib import DockerLab, copy_storage
 
 RECIPE = "1"
 REPO_TAG = "gpufleet/pytorch-workspace:2.13.0"
@@ -34,23 +32,6 @@ RUN apt-get update -qq \\
  && test -x /usr/sbin/sshd && command -v jupyter-server
 LABEL org.opencontainers.image.title="gpufleet workspace test image (torch CPU, sshd, Jupyter)"
 """
-
-
-def _copy_new(src: Path, dst: Path) -> None:
-    """Registry storage src into dst: blobs hard-linked, small files copied, existing kept."""
-    for path in sorted(src.rglob("*")):
-        out = dst / path.relative_to(src)
-        if path.is_dir():
-            out.mkdir(parents=True, exist_ok=True)
-        elif out.exists():
-            continue
-        elif "blobs" in path.relative_to(src).parts:
-            try:
-                os.link(path, out)
-            except OSError:
-                shutil.copy2(path, out)
-        else:
-            shutil.copy2(path, out)
 
 
 def cache_dir(base_archive: Path) -> Path:
@@ -69,13 +50,13 @@ def provide_workspace_image(lab: DockerLab, base_archive: Path) -> tuple[str, st
             part = seed.with_suffix(".part")
             subprocess.run(["rm", "-rf", str(part)], check=True)
             part.mkdir()
-            _copy_new(storage, part / "docker")
+            copy_storage(storage, part / "docker")
             (part / meta.name).write_text(json.dumps({"repo_tag": REPO_TAG, "digest": digest}))
             subprocess.run(["rm", "-rf", str(seed)], check=True)
             part.rename(seed)
             return ref, digest
         data = json.loads(meta.read_text())
-        _copy_new(seed / "docker", storage)
+        copy_storage(seed / "docker", storage)
         return f"{lab.registry}/{data['repo_tag']}", str(data["digest"])
 
 

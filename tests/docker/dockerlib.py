@@ -177,7 +177,7 @@ class DockerLab:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if meta.exists():
                 data = json.loads(meta.read_text())
-                _copy_storage(seed / "docker", self.root / "registry" / "docker")
+                copy_storage(seed / "docker", self.root / "registry" / "docker")
                 self.ref = f"{self.registry}/{data['repo_tag']}"
                 self.digest = str(data["digest"])
                 return
@@ -185,7 +185,7 @@ class DockerLab:
             part = seed.with_suffix(".part")
             subprocess.run(["rm", "-rf", str(part)], check=True)
             part.mkdir()
-            _copy_storage(self.root / "registry" / "docker", part / "docker")
+            copy_storage(self.root / "registry" / "docker", part / "docker")
             (part / meta.name).write_text(json.dumps(
                 {"repo_tag": f"{TEST_REPO}:{TEST_TAG}", "digest": self.digest}))
             subprocess.run(["rm", "-rf", str(seed)], check=True)
@@ -257,11 +257,14 @@ def tiny_image(lab: DockerLab, ref: str = "gpufleet/tiny:1") -> str:
     return ref
 
 
-def _copy_storage(src: Path, dst: Path) -> None:
+def copy_storage(src: Path, dst: Path) -> None:
+    """Registry storage src into dst: blobs hard-linked, small files copied, existing kept."""
     for path in sorted(src.rglob("*")):
         out = dst / path.relative_to(src)
         if path.is_dir():
             out.mkdir(parents=True, exist_ok=True)
+        elif out.exists():
+            continue
         elif "blobs" in path.relative_to(src).parts:
             try:
                 os.link(path, out)

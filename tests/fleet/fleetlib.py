@@ -349,6 +349,14 @@ def _default_group(profile: str | None) -> str:
     return "cpu" if profile == CPU_PROFILE else "gpu"
 
 
+def need_root_and_sshd(why_root: str) -> None:
+    """FleetError unless this runs as root with OpenSSH's sshd installed."""
+    if os.geteuid() != 0:
+        raise FleetError(why_root)
+    if not Path(SSHD).exists():
+        raise FleetError(f"{SSHD} missing: install openssh-server (scripts/setup.sh does)")
+
+
 def build_fleet(
     root: Path,
     hosts: Sequence[tuple[str, str | None]],
@@ -361,10 +369,7 @@ def build_fleet(
     start_timeout: float = 10.0,
 ) -> Fleet:
     """Create and start a fleet under root. The caller must close() it; prefer make_fleet."""
-    if os.geteuid() != 0:
-        raise FleetError("the sshd test fleet needs root (mount namespaces, port 22)")
-    if not Path(SSHD).exists():
-        raise FleetError(f"{SSHD} missing: install openssh-server (scripts/setup.sh does)")
+    need_root_and_sshd("the sshd test fleet needs root (mount namespaces, port 22)")
     profiles_dir = profiles_dir or PROFILES_DIR
     missing = sorted({p for _, p in hosts if p is not None and not (profiles_dir / p).is_dir()})
     if missing:

@@ -37,13 +37,13 @@ from typing import Any
 
 import yaml
 from fleetlib import (
-    SSHD,
     Fleet,
     FleetError,
     FleetHost,
     _controller_env,
     _keygen,
     _sshd_config,
+    need_root_and_sshd,
 )
 
 from harness.processes import close_at_exit, die_with_parent
@@ -229,10 +229,7 @@ def build_netfleet(
     host_vars: Mapping[str, Mapping[str, Any]] | None = None,
     start_timeout: float = 15.0,
 ) -> NetFleet:
-    if os.geteuid() != 0:
-        raise FleetError("the network-namespace fleet needs root (ip netns, tc, sshd)")
-    if not Path(SSHD).exists():
-        raise FleetError(f"{SSHD} missing: install openssh-server (scripts/setup.sh does)")
+    need_root_and_sshd("the network-namespace fleet needs root (ip netns, tc, sshd)")
     _reap_stale()
     root.mkdir(parents=True, exist_ok=True)
     fleet = NetFleet(root, len(names))

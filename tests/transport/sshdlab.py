@@ -5,22 +5,18 @@ Addresses 127.0.0.2-60 belong to the shared test fleet; these stay out of its wa
 
 from __future__ import annotations
 
-import ctypes
-import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the shared harness
+from harness.processes import die_with_parent, stop_pid
+
 SSHD = "/usr/sbin/sshd"
 PORT = 2222
-
-
-def _die_with_parent() -> None:
-    # If pytest is killed outright, the kernel stops sshd too (no daemon left on the address).
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def keygen(path: Path, kind: str = "ed25519") -> Path:
@@ -45,13 +41,7 @@ class Sshd:
         return f"{name} {kind} {blob}\n"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_pid(self.proc, grace=5.0)
 
 
 def start_sshd(base: Path, address: str, authorized: Path, extra: str = "",
@@ -74,7 +64,7 @@ def start_sshd(base: Path, address: str, authorized: Path, extra: str = "",
         + extra
     )
     proc = subprocess.Popen([SSHD, "-D", "-f", str(config), "-E", str(log)],
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=die_with_parent)
     deadline = time.monotonic() + 10
     while True:
         try:
