@@ -271,23 +271,7 @@ def links_from_facts(f: Facts) -> HostLinks:
         gpu_links=f.topology.links if f.topology is not None else {},
         nvswitch=f.fabric is not None and f.fabric.nvswitch_count > 0,
         pcie={g.index: (g.pcie_gen_current, g.pcie_width_current) for g in f.gpus},
+        nic_gbps=tuple(p.rate_gbit / 8 for p in f.ib_ports or () if p.rate_gbit),
     )
 
 
-_IB_RATE = re.compile(r"([\d.]+)\s*Gb/sec")
-
-
-def parse_nic_rates(text: str) -> tuple[float, ...]:
-    """Lines `ib mlx5_0 1 400 Gb/sec (4X NDR)` or `eth ens1 100000` (Mb/s) -> GB/s each."""
-    out = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[0] == "ib":
-            m = _IB_RATE.search(line)
-            if m:
-                out.append(float(m.group(1)) / 8)
-        elif len(parts) == 3 and parts[0] == "eth" and parts[2].isdigit():
-            mbps = int(parts[2])
-            if mbps > 0:
-                out.append(mbps / 8000)
-    return tuple(out)

@@ -245,6 +245,16 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
+class IbPort:
+    """One RDMA port (InfiniBand or RoCE) as /sys/class/infiniband/DEVICE/ports/PORT/rate says."""
+
+    device: str  # "mlx5_0"
+    port: str  # "1"
+    rate: str  # "400 Gb/sec (4X NDR)", as the kernel prints it
+    rate_gbit: float | None = None  # 400.0; None when the rate text has no "N Gb/sec"
+
+
+@dataclass(frozen=True)
 class PciFunction:
     """An NVIDIA display or 3D controller on the PCI bus, as the kernel's sysfs lists it."""
 
@@ -301,6 +311,8 @@ class Facts:
     containers: tuple[ContainerInfo, ...] = ()  # running containers (workspaces and others)
     # GPUs on the PCI bus whether or not the driver enumerates them; None = sysfs not read
     pci_gpus: tuple[PciFunction, ...] | None = None
+    # RDMA ports and their rates (sysfs); () = no RDMA device, None = not read
+    ib_ports: tuple[IbPort, ...] | None = None
 
     @property
     def gpu_count(self) -> int:

@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet import bandwidth as expect
 from gpufleet.bandwidth import GIB, MIB, HostLinks
-from gpufleet.model import GpuNvLinks, NvLink
+from gpufleet.model import Facts, GpuNvLinks, IbPort, NvLink
 from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m
 
 NV4 = 26.562
@@ -127,8 +127,8 @@ def test_no_expectation_without_facts_or_with_one_rank() -> None:
 def test_multinode_world_is_bounded_by_the_nics() -> None:
     # Two 8xH200 hosts, 8 x 400 Gb/s IB each = 8 x 50 = 400 GB/s per host < 478.116 NVLink:
     # network basis, 4 GiB: 400 x 343.7 / 478.116 = 400 x 0.718863 = 287.545.
-    nics = expect.parse_nic_rates("\n".join(f"ib mlx5_{i} 1 400 Gb/sec (4X NDR)"
-                                            for i in range(8)))
+    ports = tuple(IbPort(f"mlx5_{i}", "1", "400 Gb/sec (4X NDR)", 400.0) for i in range(8))
+    nics = expect.links_from_facts(Facts(ib_ports=ports)).nic_gbps
     assert nics == (50.0,) * 8
     links = HostLinks(gpu_names=("NVIDIA H200",) * 8, nvlink=_nv(8),
                       gpu_links=_matrix(8, "NV18"), nvswitch=True, nic_gbps=nics)
@@ -136,15 +136,17 @@ def test_multinode_world_is_bounded_by_the_nics() -> None:
     world = expect.expect_world([(own, links), (own, links)])
     assert world is not None and world.basis == "network" and world.gpus == 16
     assert world.busbw_gbps[4 * GIB] == pytest.approx(287.545, abs=1e-3)
-    # One 100 GbE NIC (/sys/class/net speed 100000 Mb/s = 12.5 GB/s) bounds it lower.
-    slow = HostLinks(**{**links.__dict__, "nic_gbps": expect.parse_nic_rates("eth ens1 100000")})
+    # One 100 Gb/s RoCE port (12.5 GB/s) bounds it lower; a rate without "Gb/sec" adds none.
+    roce = (IbPort("mlx5_0", "1", "100 Gb/sec (4X EDR)", 100.0), IbPort("mlx5_1", "1", "?"))
+    slow = HostLinks(**{**links.__dict__,
+                        "nic_gbps": expect.links_from_facts(Facts(ib_ports=roce)).nic_gbps})
     world = expect.expect_world([(own, links), (own, slow)])
     assert world is not None and world.raw_gbps == 12.5
     assert expect.expect_world([(own, links), (None, links)]) is None
 
 
 def test_runner_expects_the_nic_bound_for_a_multinode_world(fixtures_dir: Path) -> None:
-    """Two hosts with the facts of the real 2xH200 capture, 1 x 100 Gb/s IB each (preflight)
+    """Two hosts with the facts of the real 2xH200 capture, 1 x 100 Gb/s IB each (ib_ports)
     (12.5 GB/s < 478.116 NVLink): the world's expectation is the network's, 12.5 x 0.718863 =
     8.986 GB/s at 4 GiB, and it is what the command passes to the script."""
     from gpufleet.model import Facts, Gpu, HostSpec  # noqa: PLC0415
@@ -156,14 +158,15 @@ def test_runner_expects_the_nic_bound_for_a_multinode_world(fixtures_dir: Path) 
     cap = fixtures_dir / "h200x2-2026-11-30"
     facts = Facts(gpus=tuple(Gpu(index=i, name="NVIDIA H200") for i in range(2)),
                   topology=parse_topo_m((cap / "topo-m.txt").read_text()),
-                  nvlink=parse_nvlink_status((cap / "nvlink-s.txt").read_text()))
+                  nvlink=parse_nvlink_status((cap / "nvlink-s.txt").read_text()),
+                  ib_ports=(IbPort("mlx5_0", "1", "100 Gb/sec (4X EDR)", 100.0),))
     hosts = []
     for name in ("n1", "n2"):
         spec = HostSpec(name=name, address="10.0.0.1")
         h = HostRun(spec, LocalTransport(spec), facts, "gfsmoke-x")
         h.gpu_names, h.gpu_count = ("NVIDIA H200",) * 2, 2
-        h.nics = "ib mlx5_0 1 100 Gb/sec (4X EDR)"
         hosts.append(h)
-    world = expect.expect_world([(runner._expectation(h, 2), runner._links(h)) for h in hosts])
+    world = expect.expect_world([(runner._expectation(h, 2), expect.links_from_facts(h.facts))
+                                 for h in hosts])
     assert world is not None and world.basis == "network" and world.raw_gbps == 12.5
     assert world.busbw_gbps[4 * GIB] == pytest.approx(8.986, abs=1e-3)

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet import bandwidth
 from gpufleet.model import Facts, to_jsonable
 from gpufleet.probes import probe_script
 from gpufleet.probes.families import (
@@ -151,6 +152,32 @@ def test_probe_sh_lists_only_nvidia_vga_and_3d_functions_from_sysfs(tmp_path: Pa
     out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
                          text=True, env=env, timeout=120).stdout
     assert collect.parse_probe_output(out).pci_gpus is None
+
+
+def test_probe_sh_reads_rdma_port_rates_from_sysfs(tmp_path: Path) -> None:
+    """The shipped probe against /sys/class/infiniband in the kernel's layout (DEVICE/ports/N/
+    rate, rate_show's text and a newline: torvalds/linux drivers/infiniband/core/sysfs.c); the
+    smoke runner's multinode expectation reads these rates from the facts."""
+    rates = {("mlx5_0", "1"): "400 Gb/sec (4X NDR)", ("mlx5_1", "1"): "200 Gb/sec (4X HDR)",
+             ("mlx5_bond_0", "2"): "100 Gb/sec (4X EDR)"}
+    for (dev, port), rate in rates.items():
+        d = tmp_path / "infiniband" / dev / "ports" / port
+        d.mkdir(parents=True)
+        (d / "rate").write_text(rate + "\n")
+    (tmp_path / "infiniband" / "mlx5_9" / "ports").mkdir(parents=True)  # a device, no port yet
+    env = {**os.environ, "GPUFLEET_SYS_CLASS_INFINIBAND": str(tmp_path / "infiniband")}
+    out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
+                         text=True, env=env, timeout=120).stdout
+    facts = collect.parse_probe_output(out)
+    assert [(p.device, p.port, p.rate, p.rate_gbit) for p in facts.ib_ports or ()] == [
+        ("mlx5_0", "1", "400 Gb/sec (4X NDR)", 400.0),
+        ("mlx5_1", "1", "200 Gb/sec (4X HDR)", 200.0),
+        ("mlx5_bond_0", "2", "100 Gb/sec (4X EDR)", 100.0)]
+    assert bandwidth.links_from_facts(facts).nic_gbps == (50.0, 25.0, 12.5)
+    env["GPUFLEET_SYS_CLASS_INFINIBAND"] = str(tmp_path / "absent")
+    out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
+                         text=True, env=env, timeout=120).stdout
+    assert collect.parse_probe_output(out).ib_ports == ()
 
 
 def test_the_schema_accepts_the_new_fact_read_and_not_read() -> None:

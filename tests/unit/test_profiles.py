@@ -54,6 +54,8 @@ def probe(name: str, image: str = IMAGE) -> tuple[Facts, float]:
         "GPUFLEET_PROC_DRIVER_NVIDIA": str(profile / "proc_driver_nvidia"),
         # The profiles carry no sysfs: not this machine's PCI bus either (pci_gpus is None).
         "GPUFLEET_SYS_PCI_DEVICES": str(profile / "sys_bus_pci_devices"),
+        # Nor this machine's RDMA devices (ib_ports is empty).
+        "GPUFLEET_SYS_CLASS_INFINIBAND": str(profile / "sys_class_infiniband"),
     }
     start = time.monotonic()
     proc = subprocess.run(

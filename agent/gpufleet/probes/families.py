@@ -8,7 +8,17 @@ gpu_processes families then share. Adding a family: docs/add-a-fact.md.
 
 from __future__ import annotations
 
-from gpufleet.probes import containers, fabric, gpus, kernel_log, nccl, pci, processes, system
+from gpufleet.probes import (
+    containers,
+    fabric,
+    gpus,
+    ib,
+    kernel_log,
+    nccl,
+    pci,
+    processes,
+    system,
+)
 from gpufleet.probes import topology as topo
 from gpufleet.probes.sections import Family
 
@@ -29,6 +39,7 @@ FAMILIES: tuple[Family, ...] = (
     processes.PROCESSES,
     nccl.NCCL_CONFIG,
     pci.PCI_GPUS,
+    ib.IB_PORTS,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

@@ -6,7 +6,7 @@
 # stderr, a `==gpufleet-stderr==` line followed by it. rc 127 = tool not found,
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
 # GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
-# /sys/bus/pci/devices; only tests set them.
+# /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband; only tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -25,6 +25,7 @@ done
 case $tool_timeout in '' | *[!0-9.]*) tool_timeout=10 ;; esac
 pdn=${GPUFLEET_PROC_DRIVER_NVIDIA:-/proc/driver/nvidia}
 pci=${GPUFLEET_SYS_PCI_DEVICES:-/sys/bus/pci/devices}
+ib=${GPUFLEET_SYS_CLASS_INFINIBAND:-/sys/class/infiniband}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -205,6 +206,19 @@ section lspci lspci -n -d 10de:
 } >"$tmp/out" 2>/dev/null </dev/null
 : >"$tmp/err"
 emit pci_gpus 0
+
+# RDMA ports (InfiniBand, RoCE) and their link rates, from sysfs: DEVICE PORT RATE per line,
+# RATE as the kernel prints ports/N/rate ("400 Gb/sec (4X NDR)"); nothing when no RDMA device.
+{
+    for f in "$ib"/*/ports/*/rate; do
+        [ -r "$f" ] || continue
+        p=${f%/rate}; dev=${p%/ports/*}
+        read -r rate <"$f" || continue
+        printf '%s %s %s\n' "${dev##*/}" "${p##*/}" "$rate"
+    done
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit ib_ports 0
 
 section toolkit nvidia-ctk --version
 section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}}}'

@@ -70,7 +70,6 @@ class HostRun:
     files: dict[str, str] = field(default_factory=dict)
     leftover: str = ""
     error: str | None = None
-    nics: str = ""  # the preflight's NIC rates ("ib DEV PORT RATE" lines) for the expectation
     expectation: LinkBound | None = None  # None: no GPUs, or unknown topology
     nccl: NcclConfig | None = None  # NCCL settings: the facts', or read by the preflight
     ended_by_runner: str = ""  # multinode: why the runner ended this host's part early

@@ -12,7 +12,6 @@ that nothing of the run remains, prints the files the ranks wrote, and removes t
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import threading
@@ -22,7 +21,6 @@ from typing import Any
 
 from gpufleet import bandwidth as expect  # the busbw model (was gpufleet.expect)
 from gpufleet.model import Facts, HostSpec, SmokeResult, Topology
-from gpufleet.probes import nccl as ncclconf
 from gpufleet.probes.sections import STDERR_MARK, split_sections
 from gpufleet.smoke import bundle
 from gpufleet.smoke.command import (
@@ -154,7 +152,8 @@ def run_multinode(
         address = first.spec.expect.smoke_address or first.spec.address
         port = 20000 + secrets.randbelow(20000)
         rdzv = {"endpoint": f"{address}:{port}", "id": run_id, "nnodes": len(hosts)}
-        world = expect.expect_world([(_expectation(h, nproc), _links(h)) for h in hosts])
+        world = expect.expect_world([(_expectation(h, nproc), expect.links_from_facts(h.facts))
+                                   for h in hosts])
         for h in hosts:  # every host judges the world's sweep against the world's expectation
             h.expectation = world
         ref = dict(world.busbw_gbps) if world is not None else None
@@ -178,24 +177,10 @@ def run_multinode(
 # facts already hold the GPUs, processes and topology. $1: docker runtimes wanted, $2: NCCL
 # settings wanted, $3: the run id.
 _PREFLIGHT = r"""
-d=$(mktemp -d "/tmp/gpufleet-smoke.$3.XXXXXXXX") || exit 90
+d=$(mktemp -d "/tmp/gpufleet-smoke.$1.XXXXXXXX") || exit 90
 printf '==gpufleet== rundir rc=0\n%s\n' "$d"
-to=""; command -v timeout >/dev/null 2>&1 && to="timeout -k 2 20"
-if [ "$1" = 1 ]; then
-  printf '\n==gpufleet== docker rc=0\n'
-  $to docker info --format '{{json .Runtimes}}' 2>/dev/null
-fi
-printf '\n==gpufleet== nics rc=0\n'
-for f in /sys/class/infiniband/*/ports/*/rate; do
-  [ -r "$f" ] || continue
-  p=${f%/rate}; dev=${p%/ports/*}; echo "ib ${dev##*/} ${p##*/} $(cat "$f" 2>/dev/null)"
-done
-if [ "$2" = 1 ]; then
-  printf '\n==gpufleet== nccl rc=0\n'
-  %NCCL%
-fi
 exit 0
-""".replace("%NCCL%", ncclconf.SHELL.strip())
+"""
 
 _CLEANUP = r"""
 d="$1"; id="$2"; name="$3"; label="$4"
@@ -245,11 +230,7 @@ def _sections(text: str) -> dict[str, str]:
 def _preflight(h: HostRun) -> None:
     facts = h.facts
     exp = h.spec.expect
-    need_docker = (exp.smoke_runtime in (None, "docker") and exp.pytorch_image is not None
-                   and facts.docker is None)
-    need_nccl = facts.nccl_config is None
-    res = h.transport.run(["sh", "-c", _PREFLIGHT, "sh", str(int(need_docker)),
-                           str(int(need_nccl)), h.run_id], timeout=60)
+    res = h.transport.run(["sh", "-c", _PREFLIGHT, "sh", h.run_id], timeout=60)
     sec = _sections(res.stdout)
     if res.rc != 0 or not sec.get("rundir", "").startswith("/tmp/gpufleet-smoke."):
         h.error = (f"could not create a run directory on {h.spec.name} (mktemp -d under /tmp): "
@@ -265,14 +246,8 @@ def _preflight(h: HostRun) -> None:
     h.busy = tuple(f"pid {p.pid} {p.name}" for p in facts.gpu_processes)
     if facts.topology is not None:
         h.link = _uniform_link(facts.topology)
-    runtimes: tuple[str, ...] = ()
-    if facts.docker is not None:
-        runtimes = facts.docker.runtimes
-    elif sec.get("docker"):
-        try:
-            runtimes = tuple(json.loads(sec["docker"]))
-        except (ValueError, TypeError):
-            runtimes = ()
+    # Everything else the run needs is a fact the probe already read (no second probe path).
+    runtimes = facts.docker.runtimes if facts.docker is not None else ()
     h.runtimes = runtimes
     h.runtime = exp.smoke_runtime or (
         "docker" if exp.pytorch_image and "nvidia" in runtimes else "host"
@@ -280,25 +255,13 @@ def _preflight(h: HostRun) -> None:
     if h.runtime == "docker" and not exp.pytorch_image:
         h.error = (f"{h.spec.name}: gpufleet_smoke_runtime is docker but pytorch_image is not set; "
                    "set pytorch_image (and pytorch_image_digest) or gpufleet_smoke_runtime=host")
-    h.nics = sec.get("nics", "")
-    if facts.nccl_config is not None:
-        h.nccl = facts.nccl_config
-    elif "nccl" in sec:
-        h.nccl = ncclconf.parse(sec["nccl"])
-
-
-def _links(h: HostRun) -> expect.HostLinks:
-    """The host's links for the expectation model: its facts, and the preflight's NIC rates."""
-    base = expect.links_from_facts(h.facts)
-    return expect.HostLinks(gpu_names=base.gpu_names, nvlink=base.nvlink,
-                            gpu_links=base.gpu_links, nvswitch=base.nvswitch, pcie=base.pcie,
-                            nic_gbps=expect.parse_nic_rates(h.nics))
+    h.nccl = facts.nccl_config
 
 
 def _expectation(h: HostRun, nproc: int) -> expect.LinkBound | None:
     if not h.gpu_count or nproc > h.gpu_count:
         return None
-    return expect.expect_host(_links(h), nproc)
+    return expect.expect_host(expect.links_from_facts(h.facts), nproc)
 
 
 def _uniform_link(topology: Topology) -> str | None:
