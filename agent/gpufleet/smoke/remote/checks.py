@@ -23,6 +23,23 @@ class Ctx:
         self.ddp = None  # the ddp check's model, which amp trains on
 
 
+def timed(torch, use_cuda, reps, step):
+    """Seconds for `reps` calls of step(): CUDA events on a GPU (the kernels' time, not the
+    launches'), wall time on CPU."""
+    if use_cuda:
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        for _ in range(reps):
+            step()
+        e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1) / 1e3
+    t = time.perf_counter()
+    for _ in range(reps):
+        step()
+    return time.perf_counter() - t
+
+
 def check_matmul(torch, dev, use_cuda, cpu_n):
     """Per-device matmul against a higher-precision reference, plus its throughput."""
     if use_cuda:
@@ -39,18 +56,7 @@ def check_matmul(torch, dev, use_cuda, cpu_n):
         a @ b
     if use_cuda:
         torch.cuda.synchronize()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(iters):
-            a @ b
-        e1.record()
-        e1.synchronize()
-        secs = e0.elapsed_time(e1) / 1e3
-    else:
-        t = time.perf_counter()
-        for _ in range(iters):
-            a @ b
-        secs = time.perf_counter() - t
+    secs = timed(torch, use_cuda, iters, lambda: a @ b)
     tflops = 2.0 * n ** 3 * iters / secs / 1e12
     ok = math.isfinite(rel_err) and rel_err < tol
     return {"passed": ok, "n": n, "dtype": str(dtype).replace("torch.", ""),

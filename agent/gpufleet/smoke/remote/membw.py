@@ -8,10 +8,11 @@ reports each rank's GB/s and the world's min and median, and expectations come l
 
 from __future__ import annotations
 
+import functools
 import statistics
-import time
 
 from . import progress as pg
+from .checks import timed
 
 GPU_BYTES = 1 << 30  # 1 GiB per buffer: far past every GPU's L2, a few ms per copy on HBM3
 CPU_BYTES = 64 << 20  # past the last-level cache, cheap enough for CI's gloo ranks
@@ -29,18 +30,7 @@ def rank_membw(c):
         dst.copy_(src)
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(reps):
-            dst.copy_(src)
-        e1.record()
-        e1.synchronize()
-        secs = e0.elapsed_time(e1) / 1e3
-    else:
-        t = time.perf_counter()
-        for _ in range(reps):
-            dst.copy_(src)
-        secs = time.perf_counter() - t
+    secs = timed(torch, dev.type == "cuda", reps, functools.partial(dst.copy_, src))
     del src, dst
     if dev.type == "cuda":
         torch.cuda.empty_cache()
