@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -142,14 +141,9 @@ def role_lab() -> Iterator[RoleLab]:
         _write_inventory(inventory, t)
         yield RoleLab(t, mirror, inventory, logdir, version)
     finally:
+        tg.stop_lab(t, mirror, gnupg)
         if t is not None:
-            t.stop()
-            tg.save_apt_cache(t)
             tg.release_address(t.addr)
-        if mirror is not None:
-            mirror.stop()
-        if gnupg.exists():
-            subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
         # Logs survive for CI artifacts; the 700 MB tree does not.
         keep = Path(os.environ.get("GPUFLEET_ROLE_TEST_LOGS", "/var/tmp/gpufleet-role-test-logs"))
         shutil.rmtree(keep, ignore_errors=True)

@@ -432,6 +432,18 @@ def save_apt_cache(t: Target) -> None:
 DEV_NODES = ["null", "zero", "full", "random", "urandom", "tty"]
 
 
+def stop_lab(t: Target | None, mirror: Mirror | None, gnupg: Path) -> None:
+    """A lab's teardown, on every exit path: the target's sshd and mounts (by PID), its apt
+    cache kept for the next run, the mirror's HTTP server, the mirror key's gpg-agent."""
+    if t is not None:
+        t.stop()
+        save_apt_cache(t)
+    if mirror is not None:
+        mirror.stop()
+    if gnupg.exists():
+        subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
+
+
 def start_sshd(t: Target, log: Path, binds: Sequence[tuple[str, str]] = ()) -> None:
     """sshd in its own mount namespace: the bind mounts vanish with it, also after a crash.
 

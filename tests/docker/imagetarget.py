@@ -146,13 +146,7 @@ def start_image_target(workdir: Path, lab: DockerLab) -> Iterator[ImageTarget]:
         _inventory(inventory, t, (first, second), lab)
         yield ImageTarget(t, mirror, lab, (first, second), inventory, logdir)
     finally:
-        if t is not None:
-            t.stop()
-            tg.save_apt_cache(t)
-        if mirror is not None:
-            mirror.stop()
-        if gnupg.exists():
-            subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
+        tg.stop_lab(t, mirror, gnupg)
 
 
 __all__ = ["DOCKER", "HOSTS", "ImageTarget", "PlayResult", "start_image_target"]
