@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpufleet import desired
+from gpufleet.files import FileError, read_parsed
 from gpufleet.model import Expectations, HostSpec
 
 T = TypeVar("T")
@@ -390,7 +391,6 @@ def load_expectations(path: Path | None) -> dict[str, Any]:
         return {}
     import yaml  # type: ignore[import-untyped]  # noqa: PLC0415  # ansible dependency
 
-    from gpufleet.files import FileError, read_parsed  # noqa: PLC0415
 
     try:
         data = read_parsed(path, yaml.safe_load, "YAML", (yaml.YAMLError,))

@@ -17,7 +17,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpufleet.inventory import node_spec
 from gpufleet.model import Facts, HostResult, Report
+from gpufleet.report.pipeline import judge
+from gpufleet.smoke.levels import NO_SMOKE
 
 FACTS_KEY = "gpufleet"  # ansible_facts.gpufleet
 _EVENTS = {"runner_on_ok": "ok", "runner_on_failed": "error",
@@ -192,9 +195,6 @@ def report_from_results(results: Mapping[str, HostResult], *, generated_at: str,
                         expect: Mapping[str, Mapping[str, Any]] | None = None) -> Report:
     """The gpufleet report (findings and summary) over results gathered by Ansible; `expect`
     gives each host's desired-state variables (gpu_facts returns them as gpufleet_expect)."""
-    from gpufleet.inventory import node_spec  # noqa: PLC0415
-    from gpufleet.report.pipeline import judge  # noqa: PLC0415
-    from gpufleet.smoke.levels import NO_SMOKE  # noqa: PLC0415
 
     specs = {h: node_spec(h, (expect or {}).get(h, {})) for h in results}
     report = Report(hosts=dict(results), specs=specs, generated_at=generated_at,

@@ -21,6 +21,7 @@ from gpufleet.localize.judge import Expectation, Measured
 from gpufleet.localize.search import Localization, Strategy, localize
 from gpufleet.model import Facts, HostResult, HostSpec, SmokeResult
 from gpufleet.sweep.fanout import fan_out
+from gpufleet.sweep.sweep import connect_and_probe
 from gpufleet.transport import Transport, TransportError
 
 # Versions without importing torch (a second per host per world would double the cost): the
@@ -193,7 +194,6 @@ def run_localize(
     """Connect, probe, exclude, then search. `expectation` (e.g. from the topology) wins over
     the inventory floor; without either, the run's own worlds are the baseline."""
     from gpufleet.smoke.runner import run_multinode  # noqa: PLC0415
-    from gpufleet.sweep.sweep import connect_and_probe  # noqa: PLC0415
 
     say = progress or (lambda text: print(f"gpufleet: {text}", file=sys.stderr))
     held: dict[str, Transport] = {}

@@ -13,7 +13,12 @@ import os
 import socket
 from collections.abc import Mapping
 
+from gpufleet.engines.slurm.drain import SlurmNode, drain_reason, plan_evidence
 from gpufleet.model import Finding, HostSpec, Report
+from gpufleet.report.pipeline import judge
+from gpufleet.rules import slurm as slurm_rules
+from gpufleet.smoke.levels import smoke_level
+from gpufleet.sweep.sweep import run_check
 
 
 def node_name(explicit: str | None, environ: Mapping[str, str] | None = None) -> str:
@@ -25,8 +30,6 @@ def node_name(explicit: str | None, environ: Mapping[str, str] | None = None) ->
 def slurm_findings(node: str, findings: tuple[Finding, ...], *, fail_on: str, share: float,
                    window_s: float) -> list[Finding]:
     """Apply the verdict to Slurm (drain/keep/resume/leave) and say what happened as findings."""
-    from gpufleet.engines.slurm.drain import SlurmNode, drain_reason, plan_evidence  # noqa: PLC0415
-    from gpufleet.rules import slurm as slurm_rules  # noqa: PLC0415
 
     p = SlurmNode(node).apply(drain_reason(findings, fail_on), share=share, window_s=window_s)
     return slurm_rules.findings(node, p.action, p.detail, plan_evidence(p), share=share)
@@ -42,9 +45,6 @@ def run_node_check(
     generated_at: str,
 ) -> Report:
     """Facts (and at level quick the smoke test) of this machine, judged by the rules."""
-    from gpufleet.report.pipeline import judge  # noqa: PLC0415
-    from gpufleet.smoke.levels import smoke_level  # noqa: PLC0415
-    from gpufleet.sweep.sweep import run_check  # noqa: PLC0415
 
     results = run_check([spec], smoke_level=smoke_level(level), force=force, forks=1,
                         probe_timeout=timeout, smoke_timeout=smoke_timeout, progress=False,
