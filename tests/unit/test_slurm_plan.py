@@ -259,7 +259,7 @@ def test_every_slurm_outcome_is_a_finding_with_a_filled_remediation(
     def fake_node(name: str) -> slurm.SlurmNode:
         return real(name, runner=fake, sleep=lambda s: None)
 
-    monkeypatch.setattr(slurm, "SlurmNode", fake_node)
+    monkeypatch.setattr(nodecheck, "SlurmNode", fake_node)
     findings = (_err(),) if reason else ()
     found = nodecheck.slurm_findings("node1", findings, fail_on="error", share=0.5,
                                      window_s=3600)

@@ -440,9 +440,11 @@ class SshTransport(Transport):
                             pending, looking = b"", False
                     else:
                         err.add(data)
-                if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
-                    break
-                if chan.closed:
+                # EOF or a close can land between the reads above and this test, together with
+                # the last data: leave only once nothing is buffered (paramiko keeps a closed
+                # channel's buffered data readable).
+                if ((chan.eof_received or chan.closed)
+                        and not chan.recv_ready() and not chan.recv_stderr_ready()):
                     break
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
