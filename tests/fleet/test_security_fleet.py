@@ -5,11 +5,16 @@ get none. The same run's Prometheus output feeds the shipped alert rules (test_m
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from fleetlib import DESIRED_STATE, Fleet, make_fleet
+import yaml  # type: ignore[import-untyped]
+from fleetlib import DESIRED_STATE, FAULTS, Fleet, make_fleet
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -41,6 +46,7 @@ EXPECTED: dict[str, dict[str, tuple[str, str]]] = {
     "sec-cuda": {"GF310": ("info", "NVIDIA/product-security@dbb4ada05315:2026/5755/5755.md")},
     "sec-reboot": {"GF007": ("warning", "")},
 }
+RULES = Path(__file__).resolve().parents[2] / "monitoring" / "prometheus" / "gpufleet.rules.yml"
 SECURITY_RULES = {"GF007", "GF303", "GF307", "GF308", "GF309", "GF310"}
 
 
@@ -98,3 +104,56 @@ def test_the_pending_reboot_names_both_kernels(report: dict[str, Any],
     assert sorted(f["evidence"]["installed"]) == sorted([running, "99.0.0-1-generic"])
     # The others' /boot holds just the running kernel: they are judged, and nothing is pending.
     assert report["hosts"]["sec-ok"]["facts"]["kernels"]["installed"] == [running]
+
+
+def _series(prom_text: str) -> list[dict[str, str]]:
+    """Each sample of a gpufleet.prom as a promtool input series, constant over the test."""
+    out = []
+    for family in text_string_to_metric_families(prom_text):
+        for s in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out.append({"series": f"{s.name}{{{labels}}}", "values": f"{s.value:g}x1600"})
+    return out
+
+
+def test_the_shipped_alerts_fire_on_this_fleet_run(security_fleet: Fleet, tmp_path: Path) -> None:
+    """promtool test rules over the metrics `gpufleet check --format prometheus` wrote for this
+    fleet: the alerts name exactly the hosts the fleet was built to break."""
+    prom = tmp_path / "gpufleet.prom"
+    r = security_fleet.run_cli("check", "-i", str(security_fleet.inventory), "--level", "facts",
+                               "--format", "prometheus", "-o", str(prom), "-f", "8", timeout=300)
+    assert r.returncode == 1, r.stderr
+    firing = 'count by (alertname, host) (ALERTS{alertstate="firing"})'
+    expected = {
+        "GpufleetHostDown": set(FAULTS),
+        # Errors: the floors that are container escapes, GF104 (toolkit != inventory), GF301 (the
+        # R570 host cannot run the CUDA 13.0 image), and the hosts that could not be checked.
+        "GpufleetHostUnhealthy": {"sec-ctk", "sec-runc", "sec-authz", "sec-r570", *FAULTS},
+        "GpufleetSecurityFloor": {"sec-driver", "sec-r570", "sec-ctk", "sec-runc", "sec-authz"},
+    }
+
+    def samples(alerts: dict[str, set[str]]) -> list[dict[str, Any]]:
+        return [{"labels": f'{{alertname="{a}", host="{h}"}}', "value": 1}
+                for a, hosts in sorted(alerts.items()) for h in sorted(hosts)]
+
+    suite = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": _series(prom.read_text()),
+            "promql_expr_test": [
+                {"expr": firing, "eval_time": "10m", "exp_samples": samples(expected)},
+                # A day later the pending reboot has held long enough to alert too.
+                {"expr": firing, "eval_time": "25h",
+                 "exp_samples": samples({**expected, "GpufleetRebootPending": {"sec-reboot"}})},
+            ],
+        }],
+    }
+    path = tmp_path / "fleet.test.yml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    tool = shutil.which("promtool")
+    assert tool, "promtool is missing: scripts/setup.sh installs Debian's prometheus package"
+    r = subprocess.run([tool, "test", "rules", str(path)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
