@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import subprocess
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpufleet.history import coverage
 from gpufleet.report import prometheus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +62,13 @@ def _promtool() -> str:
 
 
 def _exported() -> set[str]:
+    """The metric names of a real report's textfile and of `gpufleet coverage`'s."""
     text = prometheus.render(json.loads(REPORT.read_text()))
+    rows = coverage.coverage([{"generated_at": "2026-12-01T00:00:00Z", "level": "full",
+                               "hosts": {"n1": {"status": "ok", "smoke": "pass", "world": 2}}}],
+                             ["n1", "n2"], coverage.DEFAULT_GOALS,
+                             datetime(2026, 12, 2, tzinfo=timezone.utc))
+    text += coverage.render_prometheus(rows, coverage.DEFAULT_GOALS)
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 
 
@@ -73,7 +81,7 @@ def test_promtool_accepts_the_rules() -> None:
     r = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 17 rules found" in r.stdout
+    assert "SUCCESS: 18 rules found" in r.stdout
 
 
 def test_the_rules_pass_their_promtool_unit_tests() -> None:
