@@ -7,8 +7,9 @@ export DEBIAN_FRONTEND=noninteractive
 need=()
 for pkg in python3 python3-venv python3-pip openssh-server openssh-client debootstrap iproute2 procps \
            util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev docker.io docker-registry \
-           slurmctld slurmd slurm-client munge \
-           g++ python3-dev; do  # g++, python3-dev: torch.compile on CPU (inductor) in smoke tests
+           slurmctld slurmd slurm-client munge prometheus \
+           g++ python3-dev; do  # g++, python3-dev: torch.compile on CPU (inductor) in smoke tests;
+  # prometheus: promtool, which checks and unit-tests the shipped alert rules
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

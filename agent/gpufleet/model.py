@@ -219,6 +219,11 @@ class DockerInfo:
     server_version: str | None = None
     runtimes: tuple[str, ...] = ()
     default_runtime: str | None = None
+    # `docker info` RuncCommit.ID: the `commit:` line of `runc --version` ("v1.3.3-0-gd842d771",
+    # a distribution's "1.1.5+ds1-1+deb12u1"); None = not reported
+    runc_commit: str | None = None
+    # Plugins.Authorization: the daemon's AuthZ plugins (two Docker advisories need one)
+    authz_plugins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -252,6 +257,14 @@ class IbPort:
     port: str  # "1"
     rate: str  # "400 Gb/sec (4X NDR)", as the kernel prints it
     rate_gbit: float | None = None  # 400.0; None when the rate text has no "N Gb/sec"
+
+
+@dataclass(frozen=True)
+class KernelsInfo:
+    """The kernels a reboot could start, beside the running one (`os.kernel`)."""
+
+    installed: tuple[str, ...] = ()  # releases of /boot/vmlinuz-RELEASE, sorted by version
+    reboot_required: bool | None = None  # /var/run/reboot-required (Debian/Ubuntu); None = n/a
 
 
 @dataclass(frozen=True)
@@ -313,6 +326,8 @@ class Facts:
     pci_gpus: tuple[PciFunction, ...] | None = None
     # RDMA ports and their rates (sysfs); () = no RDMA device, None = not read
     ib_ports: tuple[IbPort, ...] | None = None
+    # Kernels installed (/boot/vmlinuz-*) and the distribution's reboot flag; None = not read
+    kernels: KernelsInfo | None = None
 
     @property
     def gpu_count(self) -> int:

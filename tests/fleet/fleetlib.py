@@ -227,6 +227,12 @@ class Fleet:
             steps.append("mount -t tmpfs -o mode=0755 gpufleet-proc-driver /proc/driver")
             if (prof / "proc_driver_nvidia").is_dir():
                 steps.append(f"cp -R {q(str(prof / 'proc_driver_nvidia'))} /proc/driver/nvidia")
+            # /boot: the running kernel (as every real host has it) plus the profile's others,
+            # never the machine's own, so a kernel update on the test machine changes nothing.
+            extra = (f"; cp {q(str(prof / 'boot'))}/vmlinuz-* /boot/"
+                     if (prof / "boot").is_dir() else "")
+            steps.append('if [ -d /boot ]; then mount -t tmpfs -o mode=0755 gpufleet-boot /boot; '
+                         f': >"/boot/vmlinuz-$(uname -r)"{extra}; fi')
             if (prof / "etc").is_dir():  # the profile's files over the host's /etc, read-only
                 steps.append(f"mount -t overlay gpufleet-etc -o lowerdir={q(str(prof / 'etc'))}"
                              ":/etc /etc")

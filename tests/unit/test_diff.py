@@ -32,7 +32,8 @@ def test_upgrade_and_fix_are_shown_per_host() -> None:
                                 "smoke": {"busbw_gbps": {4 << 30: 200.0}}}}))
     text = diff_reports(old, new)
     lines = text.splitlines()
-    assert lines[1] == "findings: error 1 -> 2"  # warnings: GF409 resolved, GF502 new
+    # warnings: GF409 and GF307 (580.95.05 is below the R580 security floors) resolved, GF502 new
+    assert lines[1] == "findings: error 1 -> 2, warning 2 -> 1"
     assert "gpu02:" in lines and "gpu03:" in lines
     assert "  driver: 580.95.05 -> 580.159.04" in lines
     assert any(ln.startswith("  - GF101 error") and ln.endswith("(resolved)") for ln in lines)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gpufleet import bandwidth
-from gpufleet.model import Facts, to_jsonable
+from gpufleet.model import Facts, KernelsInfo, to_jsonable
 from gpufleet.probes import probe_script
 from gpufleet.probes.families import (
     COLLECT_ERRORS,
@@ -200,3 +200,28 @@ def test_nvidia_smi_subcommand_failures_are_listed_in_the_probes_order() -> None
         text += f"==gpufleet== {name} rc=3\n==gpufleet-stderr==\nboom\n"
     facts = collect.parse_probe_output(text + "==gpufleet== end rc=0\n")
     assert list(facts.errors)[:4] == ["fabric", "topology", "nvlink", "gpu_processes"]
+
+
+def test_probe_sh_lists_installed_kernels_and_the_reboot_flag(tmp_path: Path) -> None:
+    """The shipped probe over a /boot as the distributions' kernel packages lay it out
+    (vmlinuz-RELEASE, plus initrd and config files that are not kernels) and Debian/Ubuntu's
+    /var/run/reboot-required flag; a /boot that is not a directory reads as not collected."""
+    boot = tmp_path / "boot"
+    boot.mkdir()
+    for name in ("vmlinuz-6.8.0-45-generic", "vmlinuz-6.8.0-100-generic",
+                 "initrd.img-6.8.0-100-generic", "config-6.8.0-100-generic"):
+        (boot / name).write_text("")
+    (boot / "vmlinuz-6.9.0 evil").write_text("")  # a name no kernel package writes
+    flag = tmp_path / "reboot-required"
+    env = {**os.environ, "GPUFLEET_BOOT": str(boot), "GPUFLEET_REBOOT_REQUIRED": str(flag)}
+
+    def kernels() -> object:
+        out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
+                             text=True, env=env, timeout=120).stdout
+        return collect.parse_probe_output(out).kernels
+
+    assert kernels() == KernelsInfo(("6.8.0-45-generic", "6.8.0-100-generic"), False)
+    flag.write_text("*** System restart required ***\n")
+    assert kernels() == KernelsInfo(("6.8.0-45-generic", "6.8.0-100-generic"), True)
+    env["GPUFLEET_BOOT"] = str(tmp_path / "absent")
+    assert kernels() is None

@@ -56,6 +56,9 @@ def probe(name: str, image: str = IMAGE) -> tuple[Facts, float]:
         "GPUFLEET_SYS_PCI_DEVICES": str(profile / "sys_bus_pci_devices"),
         # Nor this machine's RDMA devices (ib_ports is empty).
         "GPUFLEET_SYS_CLASS_INFINIBAND": str(profile / "sys_class_infiniband"),
+        # Nor this machine's kernels: the profile's /boot, if it has one (absent: kernels None).
+        "GPUFLEET_BOOT": str(profile / "boot"),
+        "GPUFLEET_REBOOT_REQUIRED": str(profile / "reboot-required"),
     }
     start = time.monotonic()
     proc = subprocess.run(
@@ -117,6 +120,12 @@ def test_every_named_profile_exists() -> None:
         "nvlink-slow",
         "nccl-conf",
         "nccl-env",
+        "old-driver-580",
+        "old-runc",
+        "docker-authz",
+        "old-cuda-image",
+        "security-at-floor",
+        "reboot-pending",
     }
 
 

@@ -12,10 +12,12 @@ from test_rules_builders import BUSBW, DIGEST, NOW, facts, fleet, gpu, smoke
 from gpufleet.model import (
     SEVERITY_ORDER,
     ContainerInfo,
+    DockerInfo,
     DriverInfo,
     FabricInfo,
     GpuNvLinks,
     ImageInfo,
+    KernelsInfo,
     NvLink,
     OsInfo,
     RankInfo,
@@ -70,6 +72,8 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
     "GF004": (lambda: fleet({"gpu02": _down("timeout")}), "gpu02"),
     "GF005": (lambda: fleet({"gpu02": {"status": "busy", "smoke": None}}), "gpu02"),
     "GF006": (lambda: fleet({"gpu02": _down("error")}), "gpu02"),
+    "GF007": (lambda: fleet({"gpu02": {"facts": {"kernels": KernelsInfo(
+        ("6.8.0-45-generic", "6.8.0-100-generic"), False)}}}), "gpu02"),
     "GF010": (lambda: fleet({"gpu02": {"facts": {"errors": {"docker": "docker: not found"}}}}),
               "gpu02"),
     "GF101": (lambda: fleet({"gpu02": {"facts": {"driver": DRV_OTHER}}}), "gpu02"),
@@ -109,6 +113,14 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
                                        "smoke": None}},
                             expectations={"pytorch_image": "pytorch:2.5-cu121"}), "gpu02"),
     "GF303": (lambda: fleet({"gpu02": {"facts": {"toolkit_version": "1.17.4"}}}), "gpu02"),
+    "GF307": (lambda: fleet({"gpu02": {"facts": {"driver": _driver("580.126.09")}}}), "gpu02"),
+    "GF308": (lambda: fleet({"gpu02": {"facts": {"docker": DockerInfo(
+        server_version="28.2.2", runc_commit="v1.1.11-0-g4bccb38c")}}}), "gpu02"),
+    "GF309": (lambda: fleet({"gpu02": {"facts": {"docker": DockerInfo(
+        server_version="27.0.3", authz_plugins=("opa-docker-authz",))}}}), "gpu02"),
+    "GF310": (lambda: fleet({"gpu02": {"facts": {"image": ImageInfo(
+        ref="pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime",
+        env=("CUDA_VERSION=12.8.1",))}}}), "gpu02"),
     "GF304": (lambda: fleet({"gpu02": {"facts": {"driver": _driver(
         "580.159.04", kmod="580.95.05")}}}), "gpu02"),
     "GF305": (lambda: fleet({"gpu01": {"smoke": _multinode("2.28.9", "2.28.3")},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from gpufleet.cli.engines import cmd_ansible_report
 from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, UsageError
 from gpufleet.cli.output import Output, check_dir, read_report
 from gpufleet.history import RunStore, StoreError, history_section
+from gpufleet.history import coverage as cov
 from gpufleet.inventory import InventoryError, load_inventory
 from gpufleet.model import Report, to_jsonable
 from gpufleet.report import document
@@ -56,6 +58,25 @@ def add(sub: Any) -> None:
                          help="the run store written by --save DIR (default $GPUFLEET_STORE)")
     history.add_argument("--format", choices=options.TEXT_OR_JSON, default="table")
     history.set_defaults(run=cmd_history)
+
+    cov = sub.add_parser("coverage", help="per node: age of its last passing check at each depth",
+                         description="Per node, from a --save run store: how long ago it last "
+                                     "passed a facts, quick, full and multinode check, and the "
+                                     "nodes out of their goal (exit 1 when any is).")
+    cov.add_argument("hosts", nargs="*", metavar="HOST",
+                     help="host names (patterns with -i); default: every host in the store")
+    cov.add_argument("-i", "--inventory", action="append", metavar="INV",
+                     help="Ansible inventory: its hosts are the nodes (one never checked is out "
+                          "of every goal)")
+    cov.add_argument("--store", type=Path, metavar="DIR", default=os.environ.get("GPUFLEET_STORE"),
+                     help="the run store written by --save DIR (default $GPUFLEET_STORE)")
+    cov.add_argument("--goal", action="append", metavar="DEPTH=DURATION",
+                     help="coverage goal, e.g. full=7d, multinode=1d (repeatable; default "
+                          "full=7d quick=1d); DEPTH: facts, quick, full, multinode")
+    cov.add_argument("--format", choices=("table", "json", "prometheus"), default="table")
+    cov.add_argument("-o", "--output", type=Path, metavar="FILE",
+                     help="write there (atomically) instead of stdout, e.g. for node_exporter")
+    cov.set_defaults(run=cmd_coverage)
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
@@ -131,3 +152,36 @@ def cmd_history(args: argparse.Namespace) -> int:
     else:
         Output().write(render_history(section, known=set(latest["hosts"])))
     return EXIT_FINDINGS if section["drift"] else EXIT_OK
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    if args.store is None:
+        raise UsageError("coverage: say where the runs are: --store DIR (or $GPUFLEET_STORE)")
+    try:
+        goals = dict(map(cov.parse_goal, args.goal)) if args.goal else dict(cov.DEFAULT_GOALS)
+    except cov.GoalError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        entries = RunStore(Path(args.store)).entries()
+    except StoreError as exc:
+        raise UsageError(f"run store: {exc}") from exc
+    names: list[str] = list(args.hosts)
+    if args.inventory:
+        try:
+            names = [s.name for s in load_inventory(args.inventory, ",".join(names) or None)]
+        except InventoryError as exc:
+            raise UsageError(f"inventory: {exc}") from exc
+    if not names:
+        names = sorted({h for e in entries for h in (e.get("hosts") or {})})
+    if not names:
+        raise UsageError(f"coverage: no nodes: {args.store} has no saved runs; name them with -i")
+    rows = cov.coverage(entries, names, goals, datetime.now(timezone.utc))
+    if args.format == "json":
+        text = json.dumps({"goals": {d: g.total_seconds() for d, g in goals.items()},
+                           "nodes": [to_jsonable(r) for r in rows]}, indent=2) + "\n"
+    elif args.format == "prometheus":
+        text = cov.render_prometheus(rows, goals)
+    else:
+        text = cov.render_text(rows, goals)
+    Output(args.output).write(text)
+    return EXIT_FINDINGS if any(r.overdue for r in rows) else EXIT_OK

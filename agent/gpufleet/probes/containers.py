@@ -26,7 +26,7 @@ def parse_containerd_version(text: str) -> str | None:
 
 
 def parse_docker_info(text: str) -> DockerInfo | None:
-    """`docker info --format '{{json .}}'` (or the probe's three-key subset) -> DockerInfo.
+    """`docker info --format '{{json .}}'` (or the probe's five-key subset) -> DockerInfo.
 
     None when the text holds no JSON object or no server version (daemon unreachable: the
     client still prints the template with empty values).
@@ -35,10 +35,16 @@ def parse_docker_info(text: str) -> DockerInfo | None:
     if not data or not data.get("ServerVersion"):
         return None
     runtimes = data.get("Runtimes") or {}
+    runc = data.get("RuncCommit")
+    commit = runc.get("ID") if isinstance(runc, dict) else None
+    plugins = data.get("Plugins")
+    authz = data.get("Authz", plugins.get("Authorization") if isinstance(plugins, dict) else None)
     return DockerInfo(
         server_version=str(data["ServerVersion"]),
         runtimes=tuple(sorted(str(name) for name in runtimes)),
         default_runtime=data.get("DefaultRuntime") or None,
+        runc_commit=str(commit) if isinstance(commit, str) and commit else None,
+        authz_plugins=tuple(str(p) for p in authz) if isinstance(authz, list) else (),
     )
 
 

@@ -14,6 +14,7 @@ from gpufleet.probes import (
     gpus,
     ib,
     kernel_log,
+    kernels,
     nccl,
     pci,
     processes,
@@ -40,6 +41,7 @@ FAMILIES: tuple[Family, ...] = (
     nccl.NCCL_CONFIG,
     pci.PCI_GPUS,
     ib.IB_PORTS,
+    kernels.KERNELS,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

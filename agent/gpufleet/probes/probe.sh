@@ -6,7 +6,8 @@
 # stderr, a `==gpufleet-stderr==` line followed by it. rc 127 = tool not found,
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
 # GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
-# /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband; only tests set them.
+# /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband, GPUFLEET_BOOT /boot
+# and GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required; only tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -26,6 +27,8 @@ case $tool_timeout in '' | *[!0-9.]*) tool_timeout=10 ;; esac
 pdn=${GPUFLEET_PROC_DRIVER_NVIDIA:-/proc/driver/nvidia}
 pci=${GPUFLEET_SYS_PCI_DEVICES:-/sys/bus/pci/devices}
 ib=${GPUFLEET_SYS_CLASS_INFINIBAND:-/sys/class/infiniband}
+boot=${GPUFLEET_BOOT:-/boot}
+reboot_flag=${GPUFLEET_REBOOT_REQUIRED:-/var/run/reboot-required}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -110,6 +113,20 @@ else
     section os_release cat /usr/lib/os-release
 fi
 section uname uname -r -m
+# Installed kernels (/boot/vmlinuz-RELEASE) and the distribution's reboot flag: `vmlinuz RELEASE`
+# lines, `boot=absent` when /boot is not a directory, `reboot-required` when the flag exists.
+{
+    if [ -d "$boot" ]; then
+        for f in "$boot"/vmlinuz-*; do
+            [ -f "$f" ] && printf 'vmlinuz %s\n' "${f##*/vmlinuz-}"
+        done
+    else
+        echo boot=absent
+    fi
+    [ -e "$reboot_flag" ] && echo reboot-required
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit kernels 0
 section proc_driver_version cat "$pdn/version"
 
 # The exact fields of the 580 capture; an unknown field fails the whole query (exit 2),
@@ -221,7 +238,7 @@ emit pci_gpus 0
 emit ib_ports 0
 
 section toolkit nvidia-ctk --version
-section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}}}'
+section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}},"RuncCommit":{{json .RuncCommit}},"Authz":{{json .Plugins.Authorization}}}'
 section containerd containerd --version
 if [ -n "$image" ]; then
     # Two lines: the RepoDigests, then the image's Env (what every container of it starts with).

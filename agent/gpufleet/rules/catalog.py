@@ -85,6 +85,14 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF006", "error", "host check failed",
              "read the error for {host}; rerun `gpufleet check -l {host} -f 1` and watch stderr",
              meaning="Any other failure while checking the host; the error text says what."),
+    RuleInfo("GF007", "warning", "reboot pending: a newer kernel is installed",
+             "drain {host} in the scheduler, then reboot it: "
+             "`ansible {host} -b -m ansible.builtin.reboot`; gpufleet check it again before "
+             "resuming",
+             meaning="The running kernel (`uname -r`) is older than the newest "
+                     "`/boot/vmlinuz-RELEASE`, or `/var/run/reboot-required` exists: kernel "
+                     "security fixes are installed but not running. Evidence: running, newest, "
+                     "installed."),
     RuleInfo("GF010", "info", "fact not collected", "{hint}",
              meaning="A fact family could not be read (`Facts.errors`); facts from it are unknown."
                      " Info when the tool is missing (the rules that need the fact say what is "
@@ -178,9 +186,11 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF303", "error", "container toolkit below the security floor",
              _SITE + " --tags nvidia_container_toolkit -l {host} "
              "-e nvidia_container_toolkit_version={fixed}",
-             meaning="NVIDIA Container Toolkit below a security floor: < 1.17.8 "
-                     "(CVE-2024-0132...CVE-2025-23267, container escapes) is an error, < 1.19.1 "
-                     "(CVE-2026-24260) a warning."),
+             meaning="NVIDIA Container Toolkit below a floor of `rules/security_floors.yaml` "
+                     "(NVIDIA's Container Toolkit bulletins): an **error** below a floor that "
+                     "fixes a container escape (1.16.2, 1.17.1, 1.17.4, 1.17.8), a **warning** "
+                     "below the others (1.17.0, 1.19.1). Evidence lists each bulletin, its date, "
+                     "source and CVEs.", doc_fill={"fixed": "FIXED"}),
     RuleInfo("GF304", "error", "NVML driver/library mismatch (kernel module != userspace)",
              "reload the kernel module on {host} (`systemctl stop nvidia-persistenced; "
              "rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia; modprobe nvidia`) or reboot: "
@@ -200,6 +210,38 @@ _RULES: tuple[RuleInfo, ...] = (
              "nothing to do unless jobs LD_PRELOAD the system NCCL; torch uses its bundled one",
              meaning="The system libnccl differs from the NCCL torch loads. Info: torch uses its "
                      "own unless a job preloads the system one."),
+    RuleInfo("GF307", "warning", "driver below the security floor of its branch",
+             "{fix}",
+             meaning="The driver is below the fixed version NVIDIA's GPU Display Driver bulletin "
+                     "names for its branch (Linux, data center rows), or runs a branch the newest "
+                     "bulletin no longer fixes (move branch). Floors, bulletins and CVEs: "
+                     "`rules/security_floors.yaml`; the evidence names each bulletin.",
+             doc_fill={"fix": _UPGRADE + " -e nvidia_driver_version=FIXED (same branch), or "
+                              "-e nvidia_driver_branch=BRANCH when the branch gets no fix"}),
+    RuleInfo("GF308", "error", "runc below the security floor",
+             "{fix}",
+             meaning="runc (docker info's RuncCommit) below a runc advisory's fixed version for "
+                     "its release line: an **error** for container escapes (CVE-2024-21626, "
+                     "CVE-2025-31133/52565/52881). **Info** for a distribution build "
+                     "(`+ds`, `ubuntu`, `deb`, `el`): distributions backport fixes without "
+                     "changing the upstream version, so their security tracker decides.",
+             doc_fill={"fix": "upgrade containerd.io/runc on the host to FIXED or later"}),
+    RuleInfo("GF309", "error", "Docker Engine below the security floor (AuthZ plugin in use)",
+             "{fix}",
+             meaning="Docker Engine below a moby advisory's fixed version for its release line, "
+                     "judged only when `docker info` lists an authorization plugin (both AuthZ "
+                     "bypass advisories affect nobody else): **error** for CVE-2024-41110 "
+                     "(CVSS 9.9), **warning** for CVE-2026-34040. **Info** for a distribution "
+                     "build.",
+             doc_fill={"fix": _SITE + " --tags container_runtime -l {host} (Docker FIXED or "
+                              "later)"}),
+    RuleInfo("GF310", "info", "image CUDA toolkit below a CUDA Toolkit bulletin",
+             "rebuild or re-pin pytorch_image on a CUDA {fixed} base (pytorch_image_digest), then "
+             + _SITE + " --tags pytorch_image -l {host}",
+             meaning="The pinned image's CUDA_VERSION predates the fix of a CUDA Toolkit "
+                     "bulletin. Info: the affected parts are developer tools (cuobjdump, "
+                     "nvdisasm, Nsight, nvJPEG), rarely run on a GPU server.",
+             doc_fill={"fixed": "FIXED"}),
     # ---------------------------------------------------------------- GF4xx hardware
     RuleInfo("GF401", "error", "torch sees fewer GPUs than nvidia-smi",
              "check CUDA_VISIBLE_DEVICES, `docker run --gpus all` and CDI (`nvidia-ctk cdi list`) "
@@ -496,6 +538,7 @@ FACT_HINTS: Mapping[str, str] = {
     "kernel_module": "load the driver (`modprobe nvidia`) or install it: "
     + _SITE + " --tags nvidia_driver -l {host}",
     "gpus": "run `nvidia-smi -q` on {host} and read its error",
+    "kernels": "list /boot on {host} (`ls -l /boot`) and read the error",
     "toolkit": "install the container toolkit: " + _SITE
     + " --tags nvidia_container_toolkit -l {host}",
     "docker": "install and start the engine: " + _SITE + " --tags container_runtime -l {host}",

@@ -23,7 +23,7 @@ from gpufleet.rules.base import (
 )
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
-RULES: tuple[str, ...] = ("GF301", "GF302", "GF303", "GF304", "GF305", "GF306")
+RULES: tuple[str, ...] = ("GF301", "GF302", "GF304", "GF305", "GF306")
 
 
 def nccl_code(version: str | None) -> int | None:
@@ -137,21 +137,6 @@ def _branch_eol(ctx: Ctx, h: HostResult, f: Facts) -> Iterator[Finding]:
         )
 
 
-def _toolkit(h: HostResult, f: Facts) -> Iterator[Finding]:
-    for floor in reference.TOOLKIT_CVE_FLOORS:
-        if vless(f.toolkit_version, floor.fixed_in):
-            yield finding(
-                "GF303", [h.name],
-                f"{h.name}: NVIDIA Container Toolkit {f.toolkit_version} is below "
-                f"{floor.fixed_in} ({', '.join(floor.cves)})",
-                {"actual": f.toolkit_version, "fixed_in": floor.fixed_in, "cves": list(floor.cves),
-                 "source": reference.TOOLKIT_SOURCE},
-                severity="error" if floor.severity == "error" else "warning",
-                fixed=reference.TOOLKIT_RECOMMENDED,
-            )
-            return
-
-
 def _nvml_mismatch(h: HostResult, f: Facts) -> Iterator[Finding]:
     user, kmod = f.driver.version, f.driver.kernel_module_version
     said = [r for r in f.errors.values() if "driver/library version mismatch" in r.lower()]
@@ -203,7 +188,6 @@ def check(ctx: Ctx) -> Iterator[Finding]:
     for h, f in ctx.with_facts():
         yield from _cuda_driver(ctx, h, f)
         yield from _branch_eol(ctx, h, f)
-        yield from _toolkit(h, f)
         yield from _nvml_mismatch(h, f)
         loaded = torch_nccl(h)
         if loaded and f.nccl_system_version and nccl_code(loaded) != nccl_code(

@@ -79,33 +79,7 @@ DRIVER_BRANCHES_PAST_EOL_BELOW = 580  # branches < 580 that are not in the table
 # Warn this many days before a branch reaches end of life (info finding).
 DRIVER_EOL_NOTICE_DAYS = 90
 
-# --------------------------------------------------------------------------- container toolkit
-# Source: NVIDIA security bulletins as collected in the GPU Operator security notes (REFERENCE.md).
-TOOLKIT_SOURCE = "NVIDIA security bulletins (GPU Operator security notes)"
-
-
-@dataclass(frozen=True)
-class ToolkitFloor:
-    fixed_in: str
-    severity: str  # "error" | "warning"
-    cves: tuple[str, ...]
-
-
-# Ordered strictest first: the first floor a version is below decides the severity.
-TOOLKIT_CVE_FLOORS: tuple[ToolkitFloor, ...] = (
-    ToolkitFloor(
-        "1.17.8",
-        "error",  # critical: container escape
-        (
-            "CVE-2024-0132", "CVE-2024-0133", "CVE-2024-0134", "CVE-2024-0135",
-            "CVE-2024-0136", "CVE-2024-0137", "CVE-2025-23359", "CVE-2025-23266",
-            "CVE-2025-23267",
-        ),
-    ),
-    # CVE-2026-24260's fix version comes from a third-party source, hence "high" not "critical".
-    ToolkitFloor("1.19.1", "warning", ("CVE-2026-24260",)),
-)
-TOOLKIT_RECOMMENDED = "1.19.1"
+# Container toolkit, driver, runc and Docker security floors: security_floors.yaml (security.py).
 
 # --------------------------------------------------------------------------- XIDs
 # Source: Azure HPC node health checks, DCGM health watches, imbue's host checks (REFERENCE.md).

@@ -123,6 +123,7 @@ class Profile:
     proc_version: str | None = None
     etc: dict[str, str] = field(default_factory=dict)  # files the fleet overlays on /etc
     setenv: dict[str, str] = field(default_factory=dict)  # the ssh session's environment
+    boot: list[str] = field(default_factory=list)  # kernels in /boot beside the running one
 
     def tool(self, tool: str, *lines: str) -> None:
         self.index[tool] = list(lines)
@@ -448,7 +449,8 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
         start = bases[base_name]
     p = replace(start, name=path.stem, about=str(data["about"]), files=dict(start.files),
                 index={k: list(v) for k, v in start.index.items()}, links=dict(start.links),
-                etc=dict(data.get("etc", {})), setenv=dict(data.get("setenv", {})))
+                etc=dict(data.get("etc", {})), setenv=dict(data.get("setenv", {})),
+                boot=[str(b) for b in data.get("boot", [])])
     for e in data.get("edit", []):
         _edit(p, e)
     return p
@@ -488,6 +490,10 @@ def write(p: Profile, root: Path) -> None:
         (base / "etc").mkdir()
         for name, text in sorted(p.etc.items()):
             (base / "etc" / name).write_text(text)
+    if p.boot:
+        (base / "boot").mkdir()
+        for release in p.boot:
+            (base / "boot" / f"vmlinuz-{release}").write_text("")
     if p.setenv:
         (base / "sshd_setenv").write_text("".join(f"{k}={v}\n" for k, v in sorted(p.setenv.items())))
 

@@ -1,0 +1,48 @@
+"""The kernels installed beside the running one: a host running an older kernel than the newest
+it has installed has a security update waiting for a reboot.
+
+Source of the layout: the distributions' kernel packages install `/boot/vmlinuz-RELEASE`, RELEASE
+being what `uname -r` prints once it runs (Debian's linux-image-*, Ubuntu's linux-image-*-generic,
+RHEL's kernel-core, whose %posttrans copies vmlinuz into /boot); Debian and Ubuntu's
+update-notifier-common/unattended-upgrades touch `/var/run/reboot-required` when a package needs
+a reboot. probe.sh prints one `vmlinuz RELEASE` line per file, `boot=absent` when /boot cannot be
+listed, and `reboot-required` when the flag file exists.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpufleet.model import KernelsInfo
+from gpufleet.probes.sections import Family, ProbeOutput
+
+# A kernel release as uname prints it: no spaces, no shell or path characters.
+_LINE = re.compile(r"^vmlinuz ([0-9][0-9A-Za-z._+~-]{0,127})$")
+_NUM = re.compile(r"\d+")
+
+
+def release_key(release: str) -> tuple[tuple[int, ...], str]:
+    """Order kernel releases by their numbers ("6.8.0-100-generic" after "6.8.0-45-generic")."""
+    return tuple(int(n) for n in _NUM.findall(release)), release
+
+
+def parse_kernels(text: str) -> KernelsInfo | None:
+    """probe.sh's kernels section -> KernelsInfo; None when /boot could not be listed."""
+    lines = [line.strip() for line in text.splitlines()]
+    if "boot=absent" in lines:
+        return None
+    found = {m.group(1) for m in map(_LINE.match, lines) if m}
+    return KernelsInfo(
+        installed=tuple(sorted(found, key=release_key)),
+        reboot_required="reboot-required" in lines,
+    )
+
+
+def build_kernels(out: ProbeOutput) -> dict[str, Any]:
+    text = out.ok("kernels")
+    return {"kernels": None if text is None else out.safe("kernels", None, parse_kernels, text)}
+
+
+KERNELS = Family("kernels", sections=("kernels",), errors=("kernels",), fields=("kernels",),
+                 build=build_kernels)
