@@ -191,3 +191,83 @@ def test_expectations_ride_on_the_report_at_the_facts_level_too() -> None:
     assert all(e.measured is None for e in lines)
     [h2d] = [e for e in lines if e.metric == "h2d_gbps"]
     assert (h2d.expected, h2d.floor) == (55.4, 47.1)  # Azure's floor on Gen5 x16: 48
+
+
+# ------------------------------------------------- replay of the lent H200's captures (2026-12-01)
+# gpufleet's smoke (main@cead1f1: the device tool sends the session's checkout, not this branch)
+# healthy and with a co-tenant computing; the two nvidia-smi queries smoke/remote/sample.py runs,
+# captured on the same machine under each co-tenant, with a plain-torch GEMM per dtype
+# (2026-12-01-nvidia-h200-k-anchors.py). The gemm check's record is rebuilt from those.
+RESULTS = ROOT / "benchmarks/results"
+ANCHOR_PID = "429"  # the anchor script itself: the measuring process, as a rank is
+
+
+def _device(scenario: str | None) -> tuple[Facts, SmokeResult]:
+    doc = json.loads((RESULTS / "2026-12-01-nvidia-h200-k-facts.json").read_text())
+    f = from_jsonable(Facts, next(iter(doc["hosts"].values()))["facts"])
+    name = {"healthy": "full", "matmul": "hog-matmul", "copy": "hog-copy"}.get(scenario or "",
+                                                                                "full")
+    run = json.loads((RESULTS / f"2026-12-01-nvidia-h200-k-smoke-{name}.json").read_text())
+    s = from_jsonable(SmokeResult, run["result"])
+    if scenario is None:
+        return f, s
+    cap = json.loads((RESULTS / "2026-12-01-nvidia-h200-k-anchors.json").read_text())[scenario]
+    from gpufleet.smoke.remote import sample  # noqa: PLC0415 (host-side module, stdlib only)
+
+    apps = [a for a in sample._rows(cap["sample_apps"], sample.APP_FIELDS)
+            if a["pid"] != ANCHOR_PID]
+    rec = {"identity": {"uuid": f.gpus[0].uuid},
+           "tflops": {d: cap[d] for d in ("bf16", "fp16", "tf32", "fp32", "fp8")},
+           "sample": {"gpu": sample._rows(cap["sample_gpu"], sample.GPU_FIELDS)[0],
+                      "apps": apps}}
+    checks = [c for c in s.checks if c.name != "membw"]
+    checks.append(SmokeCheck("gemm", True, "", {"per_rank": {"0": rec}}))
+    checks.append(SmokeCheck("membw", True, "", {"per_rank": {"0": {
+        "uuid": f.gpus[0].uuid, "gbps": cap["hbm_one_side"], "counted": "one side"}}}))
+    return f, dataclasses.replace(s, checks=tuple(checks))
+
+
+def test_device_healthy_run_has_every_value_inside_its_band() -> None:
+    for scenario in (None, "healthy"):
+        f, s = _device(scenario)
+        assert _rules(f, s) == [], scenario
+        judged = [e for e in sku_expect.host_expectations(f, s) if e.measured is not None]
+        assert all(e.measured >= e.floor for e in judged), judged  # type: ignore[operator]
+    assert {(e.metric, e.dtype) for e in judged} >= {
+        ("matmul_tflops", d) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")} | {
+        ("hbm_gbps", None), ("h2d_gbps", None), ("d2h_gbps", None)}
+
+
+def test_device_co_tenant_computing_fails_gemm_and_names_the_process() -> None:
+    f, s = _device("matmul")
+    rules = {(x.rule, x.evidence.get("dtype")) for x in _rules(f, s)}
+    assert {("GF540", d) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")} <= rules
+    assert ("GF543", None) in rules and ("GF541", None) in rules  # HBM halved too
+    [bf16] = [x for x in _rules(f, s) if x.evidence.get("dtype") == "bf16"]
+    assert bf16.message.startswith("h200 GPU 0: bf16 GEMM 354.8 TFLOP/s is 45% of the 783.7")
+    assert "pid 461 /opt/torch/.venv/bin/python (874 MiB)" in bf16.message
+    # gpufleet's own quick matmul under the same co-tenant (no gemm record): the issue's case
+    f, s = _device(None)
+    run = json.loads((RESULTS / "2026-12-01-nvidia-h200-k-smoke-hog-matmul.json").read_text())
+    s = from_jsonable(SmokeResult, run["result"])
+    [gf540] = [x for x in _rules(f, s) if x.rule == "GF540"]
+    assert "bf16 GEMM 326.7 TFLOP/s is 42% of the 783.7 expected" in gf540.message
+
+
+def test_device_memory_hog_is_named_with_the_memory_it_holds() -> None:
+    f, s = _device("mem")
+    found = _rules(f, s)
+    [gf543] = [x for x in found if x.rule == "GF543"]
+    assert "1 other process(es) on the GPU during the smoke run, holding 113934 MiB of 143771" \
+        in gf543.message
+    assert not [x for x in found if x.rule == "GF540" and x.evidence["dtype"] == "bf16"]
+
+
+def test_device_copier_slows_host_copies_and_is_named() -> None:
+    f, s = _device("copy")
+    found = {x.rule: x for x in evaluate(Report(hosts={"h200": HostResult(
+        "h200", "ok", facts=f, smoke=s)}, level="full"))}
+    assert "pinned H2D 34.7 GB/s alone, below 85 % of the 55.4" in found["GF530"].message
+    assert "pid 513" in found["GF543"].message
+    [h2d] = [e for e in sku_expect.host_expectations(f, s) if e.metric == "h2d_gbps"]
+    assert h2d.measured == 34.7 and h2d.measured < h2d.floor

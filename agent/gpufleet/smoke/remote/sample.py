@@ -5,7 +5,9 @@ processes on the same GPU, active clock event reasons, a power limit below the d
 clocks below their maximum, PCIe below its max, MIG/ECC state. Started before the timed loop,
 collected after it; a missing or hung nvidia-smi gives {"error": ...}, never an exception.
 Fields: `nvidia-smi --help-query-gpu` / `--help-query-compute-apps` (driver 580 names;
-clocks_event_reasons.active is the NVML mask that probes/gpus.py THROTTLE_BITS decodes).
+clocks_event_reasons.active is the NVML mask that probes/gpus.py THROTTLE_BITS decodes). The
+same two queries ran on the lent H200 (driver 580.159.04) under each co-tenant: their real
+outputs are in benchmarks/results/2026-12-01-nvidia-h200-k-anchors.json.
 """
 
 from __future__ import annotations
@@ -17,8 +19,7 @@ import subprocess
 GPU_FIELDS = ("uuid", "clocks_event_reasons.active", "clocks.sm", "clocks.max.sm",
               "power.draw", "power.limit", "power.default_limit", "pcie.link.gen.current",
               "pcie.link.gen.max", "pcie.link.width.current", "pcie.link.width.max",
-              "mig.mode.current", "ecc.mode.current", "utilization.gpu", "memory.used",
-              "memory.total")
+              "mig.mode.current", "memory.used", "memory.total")
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
 TIMEOUT_S = 10.0
 
