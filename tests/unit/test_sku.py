@@ -271,3 +271,21 @@ def test_device_copier_slows_host_copies_and_is_named() -> None:
     assert "pid 513" in found["GF543"].message
     [h2d] = [e for e in sku_expect.host_expectations(f, s) if e.metric == "h2d_gbps"]
     assert h2d.measured == 34.7 and h2d.measured < h2d.floor
+
+
+def test_table_and_markdown_show_measured_against_expected() -> None:
+    from gpufleet.report import render  # noqa: PLC0415
+
+    f, s = _device("matmul")
+    report = judge(Report(hosts={"h200": HostResult("h200", "ok", facts=f, smoke=s)},
+                          level="full"))
+    md = render(report, "markdown")
+    assert "## measured against expected" in md
+    assert r"| h200 | GPU 0 matmul bf16 | 354.8 TFLOP/s | 783.7 | 666.1 | below floor \(45%\) |" \
+        in md
+    assert "fix: `` stop the other process(es) or wait for them: pid 461;" in md
+    assert "| h200 | GPU 0 h2d | 55.0 GB/s | 55.4 | 47.1 | ok |" not in md  # the smoke's own
+    table = render(report, "table", width=160)
+    assert "GPU 0 matmul fp8" in table and "below floor (51%)" in table
+    facts_only = judge(Report(hosts={"h200": HostResult("h200", "ok", facts=f)}, level="facts"))
+    assert "measured against expected" not in render(facts_only, "markdown")

@@ -138,7 +138,7 @@ def _slow(h: HostResult, f: Facts, e: Expected) -> Finding:
                     "source": e.source, "basis": e.basis, "causes": found,
                     "sample": smp, "subject": f"gpu{e.gpu}"},
                    severity="warning" if borrowed else None,
-                   hint="; ".join(c["text"] for c in found) if found else
+                   hint="; ".join(causes.fix(c) for c in found) if found else
                    f"run `dcgmi diag -r 3 -i {e.gpu}` and compare `nvidia-smi -q -d "
                    f"PERFORMANCE,CLOCK,POWER -i {e.gpu}` with a healthy GPU of the SKU",
                    gpu=e.gpu)

@@ -91,6 +91,27 @@ def _facts_causes(f: Facts, g: Gpu) -> list[dict[str, Any]]:
     return out
 
 
+FIXES = {
+    "other_processes": "stop the other process(es) or wait for them: {pids}",
+    "hw_slowdown": "check the board's power and cooling: `nvidia-smi -q -d PERFORMANCE,POWER,"
+                   "TEMPERATURE`",
+    "sw_thermal_slowdown": "check cooling and airflow: `nvidia-smi -q -d TEMPERATURE`",
+    "hw_thermal_slowdown": "check cooling and airflow: `nvidia-smi -q -d TEMPERATURE`",
+    "hw_power_brake_slowdown": "check the PSU/power-brake signal with the vendor",
+    "power_limit_lowered": "restore the default limit: `nvidia-smi -pl {default}`",
+    "clocks_held": "reset clocks: `nvidia-smi -rgc` and `nvidia-smi -rac`",
+    "pcie_below_max": "reseat the GPU/riser and check BIOS PCIe settings",
+    "mig": "disable MIG (`nvidia-smi -mig 0`) or judge the slice, not the GPU",
+}
+
+
+def fix(c: dict[str, Any]) -> str:
+    """The command or action for one cause from likely()."""
+    pids = ", ".join(f"pid {p.get('pid')}" for p in c.get("processes") or ())
+    return FIXES.get(c["cause"], "").format(pids=pids or "?",
+                                            default=c.get("default_limit_w", "DEFAULT"))
+
+
 def likely(f: Facts | None, g: Gpu | None, smp: Mapping[str, Any] | None,
            metric: str) -> list[dict[str, Any]]:
     """Causes for a slow `metric` on GPU g, sampled evidence first, each cause once."""
