@@ -235,6 +235,8 @@ CASES.update({
     "GF542": (lambda: fleet({"gpu02": {"facts": {"gpus": (gpu(0, name="NVIDIA X9000"),)}}}),
               "gpu02"),
     "GF543": (lambda: fleet({"gpu02": {"smoke": {"checks": (_GEMM_COTENANT,)}}}), "gpu02"),
+    "GF415": (lambda: fleet({"gpu02": {"facts": {"gpus": (), "errors": {
+        "nvidia_smi": "nvidia-smi hung (no answer in 10 s)"}}}}), "gpu02"),
 })
 
 

@@ -17,6 +17,7 @@ from gpufleet.model import (
     Gpu,
     GpuProcess,
     HostSpec,
+    PciFunction,
     Topology,
 )
 from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m
@@ -280,6 +281,19 @@ def test_busy_host_is_skipped_unless_forced(tmp_path: Path) -> None:
     assert res.status == "busy"
     assert res.error is not None and "pid 4242 python3" in res.error and "--force" in res.error
     assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []  # the run dir went too
+
+
+def test_hung_nvidia_smi_starts_no_ranks() -> None:
+    # issue 25: the fallback world size (CPU_RANKS) failed a phantom rank 1 on a 1-GPU host
+    # whose nvidia-smi hung; now nothing starts and the error says why.
+    spec = HostSpec(name="local", address="localhost", connection="local")
+    facts = Facts(errors={"nvidia_smi": "nvidia-smi hung (no answer in 1 s)"},
+                  pci_gpus=(PciFunction("0000:00:06.0", "0x030200", "0x2335"),))
+    res = run_smoke(spec, LocalTransport(spec), facts, timeout=60)
+    assert (res.status, res.world_size, res.ranks) == ("error", 0, ())
+    assert res.error == ("local: the GPUs could not be counted (nvidia-smi hung (no answer in "
+                         "1 s)); the smoke test starts no ranks it cannot place")
+    assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []
 
 
 def _fake_python(path: Path, nccl: str) -> str:

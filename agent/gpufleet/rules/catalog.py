@@ -272,6 +272,14 @@ _RULES: tuple[RuleInfo, ...] = (
              meaning="`nvidia-smi` reports ECC mode `Disabled` on a GPU that has ECC memory: "
                      "memory errors go undetected and uncorrected (GF402-GF404 cannot see them). "
                      "GPUs without ECC report `N/A` and are not judged."),
+    RuleInfo("GF415", "error", "nvidia-smi hung: GPU or driver wedged",
+             "drain {host}; read `dmesg | grep -i -e xid -e nvrm` there, then reset the GPU "
+             "(`nvidia-smi -r`) or reboot; rerun `gpufleet check -l {host}`",
+             meaning="nvidia-smi gave no answer within the probe's tool timeout and was killed. "
+                     "NVML hanging with the driver loaded is a wedged GPU or driver (fallen off "
+                     "the bus, stuck in a reset): drain-worthy. The smoke test does not start "
+                     "there (it cannot count the GPUs; a guessed world size failed phantom "
+                     "ranks)."),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "

@@ -83,6 +83,13 @@ def _start_single(
         return SmokeResult(status="error", level=level, error=e.message)
     if h.error:
         return SmokeResult(status="error", level=level, error=h.error)
+    if h.gpu_count is None and not opts.nproc:
+        # nvidia-smi failed or hung: no world size to start (a guessed one failed phantom
+        # ranks on a 1-GPU host, issue 25); GF415 names a hang.
+        return SmokeResult(
+            status="error", level=level, error=f"{h.spec.name}: the GPUs could not be counted ("
+            + (h.facts.errors.get("nvidia_smi") or "nvidia-smi failed")
+            + "); the smoke test starts no ranks it cannot place")
     if h.busy and not force:
         return SmokeResult(
             status="busy", level=level, device_count=h.gpu_count,
