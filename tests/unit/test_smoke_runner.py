@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import time
+import venv
 from pathlib import Path
 
 import pytest
@@ -294,6 +295,18 @@ def test_hung_nvidia_smi_starts_no_ranks() -> None:
     assert res.error == ("local: the GPUs could not be counted (nvidia-smi hung (no answer in "
                          "1 s)); the smoke test starts no ranks it cannot place")
     assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []
+
+
+def test_a_python_without_torch_says_so_and_names_the_variable(tmp_path: Path) -> None:
+    # issue 25: over SSH `python3` was the system one; the headline was "rank 0 exited 1".
+    venv.create(tmp_path / "bare", with_pip=False)  # a real interpreter with no torch
+    py = str(tmp_path / "bare/bin/python")
+    spec = HostSpec(name="local", address="localhost", connection="local",
+                    expect=Expectations(smoke_python=py))
+    res = run_smoke(spec, LocalTransport(spec), Facts(), timeout=120)
+    assert res.status == "error" and res.error is not None
+    assert res.error.startswith(f"No module named 'torch' for {py} on local: set "
+                                "gpufleet_smoke_python to an interpreter that has torch"), res.error
 
 
 def _fake_python(path: Path, nccl: str) -> str:
