@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import time
 import venv
 from pathlib import Path
@@ -307,6 +308,20 @@ def test_a_python_without_torch_says_so_and_names_the_variable(tmp_path: Path) -
     assert res.status == "error" and res.error is not None
     assert res.error.startswith(f"No module named 'torch' for {py} on local: set "
                                 "gpufleet_smoke_python to an interpreter that has torch"), res.error
+
+
+def test_a_gpu_mask_in_the_environment_is_named_when_torch_sees_fewer_gpus() -> None:
+    # issue 25: torch (CPU here: 0 GPUs) sees fewer than nvidia-smi (1) and the mask is named
+    spec = HostSpec(name="local", address="localhost", connection="local",
+                    expect=Expectations(smoke_python=sys.executable))
+    facts = Facts(gpus=(Gpu(index=0, name="NVIDIA H200"),))
+    res = run_smoke(spec, LocalTransport(spec), facts, timeout=120,
+                    options=SmokeOptions(env={"CUDA_VISIBLE_DEVICES": "1"}))
+    [dc] = [c for c in res.checks if c.name == "device_count"]
+    assert not dc.passed
+    assert ("local: torch sees 0 GPU(s), nvidia-smi lists 1 (CUDA_VISIBLE_DEVICES=1 in the "
+            "ranks' environment: from the ssh session, the image's env or the run's env; unset "
+            "it there)") in dc.detail
 
 
 def _fake_python(path: Path, nccl: str) -> str:
