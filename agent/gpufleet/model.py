@@ -175,7 +175,10 @@ def gpu_link_kinds(links: Mapping[str, Any], gpus: int | None = None) -> frozens
 
 
 def topology_signature(gpu_count: int, links: Mapping[str, Any]) -> str:
-    """"8x NV18", "2x NODE/SYS", "4x ?": how many GPUs and how they are joined (cohort key)."""
+    """"8x NV18", "2x NODE/SYS", "4x ?", "1x (one GPU)": how many GPUs and how they are joined
+    (cohort key). One GPU has no GPU-GPU link to know: not "?" (issue 25)."""
+    if gpu_count == 1:
+        return "1x (one GPU)"
     return f"{gpu_count}x " + ("/".join(sorted(gpu_link_kinds(links))) or "?")
 
 
