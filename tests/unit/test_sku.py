@@ -214,11 +214,11 @@ def _device(scenario: str | None) -> tuple[Facts, SmokeResult]:
     cap = json.loads((RESULTS / "2026-12-01-nvidia-h200-k-anchors.json").read_text())[scenario]
     from gpufleet.smoke.remote import sample  # noqa: PLC0415 (host-side module, stdlib only)
 
-    apps = [a for a in sample._rows(cap["sample_apps"], sample.APP_FIELDS)
+    apps = [a for a in sample.parse_rows(cap["sample_apps"], sample.APP_FIELDS)
             if a["pid"] != ANCHOR_PID]
     rec = {"identity": {"uuid": f.gpus[0].uuid},
            "tflops": {d: cap[d] for d in ("bf16", "fp16", "tf32", "fp32", "fp8")},
-           "sample": {"gpu": sample._rows(cap["sample_gpu"], sample.GPU_FIELDS)[0],
+           "sample": {"gpu": sample.parse_rows(cap["sample_gpu"], sample.GPU_FIELDS)[0],
                       "apps": apps}}
     checks = [c for c in s.checks if c.name != "membw"]
     checks.append(SmokeCheck("gemm", True, "", {"per_rank": {"0": rec}}))

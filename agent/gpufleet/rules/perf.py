@@ -115,7 +115,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
 
 
 def _sample(f: Facts, s: SmokeResult | None, gpu: int) -> dict[str, Any] | None:
-    rec = sku_expect._by_gpu(f, s, "gemm").get(gpu) or {}
+    rec = sku_expect.by_gpu(f, s, "gemm").get(gpu) or {}
     smp = rec.get("sample")
     return dict(smp) if isinstance(smp, dict) else None
 

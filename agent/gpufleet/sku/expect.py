@@ -44,7 +44,7 @@ def _check(s: SmokeResult | None, name: str) -> Mapping[str, Any]:
     return {}
 
 
-def _by_gpu(f: Facts, s: SmokeResult | None, name: str) -> dict[int, Mapping[str, Any]]:
+def by_gpu(f: Facts, s: SmokeResult | None, name: str) -> dict[int, Mapping[str, Any]]:
     """GPU index -> that GPU's rank record of check `name`: by UUID, else (a one-host world of
     every GPU) rank = GPU index."""
     per_rank = _check(s, name).get("per_rank") or {}
@@ -85,7 +85,7 @@ def _gpu_lines(f: Facts, s: SmokeResult | None, g: Gpu) -> Iterator[Expected]:
     model, how = model_of(f, g)
     if model is None:
         return
-    gemm = _by_gpu(f, s, "gemm").get(g.index, {}).get("tflops") or {}
+    gemm = by_gpu(f, s, "gemm").get(g.index, {}).get("tflops") or {}
     quick = s.matmul_tflops.get(g.index) if s is not None and len(s.hosts) <= 1 else None
     for dtype in DTYPES:
         peak = model.peaks.get(f"{dtype}_tflops")
@@ -101,7 +101,7 @@ def _gpu_lines(f: Facts, s: SmokeResult | None, g: Gpu) -> Iterator[Expected]:
                     measured=round(float(got), 1) if got is not None else None)
     peak, ratio = model.peaks.get("hbm_gbps"), sku.efficiency(model, "hbm_gbps")
     if peak is not None and ratio is not None:
-        rec = _by_gpu(f, s, "membw").get(g.index, {})
+        rec = by_gpu(f, s, "membw").get(g.index, {})
         got = rec.get("gbps") if rec.get("counted") == "one side" else None
         yield _line("hbm_gbps", "GB/s", peak, ratio, floor=cat.floors["hbm"], model=model,
                     how=how, gpu=g.index,

@@ -41,7 +41,7 @@ def start():
     return procs
 
 
-def _rows(text, fields):
+def parse_rows(text, fields):
     out = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.split(",")]
@@ -65,8 +65,8 @@ def finish(procs, uuid):
             p.communicate()
             return {"error": "nvidia-smi did not answer in %.0f s" % TIMEOUT_S}
         texts.append(text if p.returncode == 0 else "")
-    gpus = _rows(texts[0], GPU_FIELDS)
+    gpus = parse_rows(texts[0], GPU_FIELDS)
     mine = [g for g in gpus if uuid and g["uuid"].lower() == uuid.lower()]
-    apps = [a for a in _rows(texts[1], APP_FIELDS)
+    apps = [a for a in parse_rows(texts[1], APP_FIELDS)
             if uuid and a["gpu_uuid"].lower() == uuid.lower() and a["pid"] != str(os.getpid())]
     return {"gpu": mine[0] if mine else None, "apps": apps, "own_pid": os.getpid()}
