@@ -197,7 +197,7 @@ def test_expectations_ride_on_the_report_at_the_facts_level_too() -> None:
 # gpufleet's smoke (main@cead1f1: the device tool sends the session's checkout, not this branch)
 # healthy and with a co-tenant computing; the two nvidia-smi queries smoke/remote/sample.py runs,
 # captured on the same machine under each co-tenant, with a plain-torch GEMM per dtype
-# (2026-12-01-nvidia-h200-k-anchors.py). The gemm check's record is rebuilt from those.
+# (2026-12-01-nvidia-h200-k-anchors.py.txt). The gemm check's record is rebuilt from those.
 RESULTS = ROOT / "benchmarks/results"
 ANCHOR_PID = "429"  # the anchor script itself: the measuring process, as a rank is
 
