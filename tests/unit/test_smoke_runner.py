@@ -298,16 +298,24 @@ def test_hung_nvidia_smi_starts_no_ranks() -> None:
     assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []
 
 
-def test_a_python_without_torch_says_so_and_names_the_variable(tmp_path: Path) -> None:
+def test_a_python_without_torch_says_so_and_names_the_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # issue 25: over SSH `python3` was the system one; the headline was "rank 0 exited 1".
     venv.create(tmp_path / "bare", with_pip=False)  # a real interpreter with no torch
     py = str(tmp_path / "bare/bin/python")
+    (tmp_path / "home/.venv/bin").mkdir(parents=True)  # one that has torch: this test's own
+    wrapper = tmp_path / "home/.venv/bin/python"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     spec = HostSpec(name="local", address="localhost", connection="local",
                     expect=Expectations(smoke_python=py))
     res = run_smoke(spec, LocalTransport(spec), Facts(), timeout=120)
     assert res.status == "error" and res.error is not None
     assert res.error.startswith(f"No module named 'torch' for {py} on local: set "
                                 "gpufleet_smoke_python to an interpreter that has torch"), res.error
+    assert (f"; interpreters with torch on local: {tmp_path}/home/.venv/bin/python; "
+            in res.error), res.error
 
 
 def test_a_gpu_mask_in_the_environment_is_named_when_torch_sees_fewer_gpus() -> None:
