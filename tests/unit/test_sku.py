@@ -289,3 +289,31 @@ def test_table_and_markdown_show_measured_against_expected() -> None:
     assert "GPU 0 matmul fp8" in table and "below floor (51%)" in table
     facts_only = judge(Report(hosts={"h200": HostResult("h200", "ok", facts=f)}, level="facts"))
     assert "measured against expected" not in render(facts_only, "markdown")
+
+
+def test_the_sampler_tells_its_own_rank_from_others_even_without_a_shared_pid_namespace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real nvidia-smi stand-in on PATH printing the lent H200's captured rows (k-anchors.json,
+    # "mem" scenario), with this process's pid put in (host runtime) or not (a container).
+    import os  # noqa: PLC0415
+
+    from gpufleet.smoke.remote import sample  # noqa: PLC0415
+
+    cap = json.loads((RESULTS / "2026-12-01-nvidia-h200-k-anchors.json").read_text())["mem"]
+    uuid = cap["sample_gpu"].split(",")[0]
+    for own, want in ((True, ["487"]), (False, ["99999", "487"])):
+        apps = cap["sample_apps"].replace(f", {ANCHOR_PID},", f", {os.getpid()},") if own \
+            else cap["sample_apps"].replace(f", {ANCHOR_PID},", ", 99999,")
+        (tmp_path / "gpu.txt").write_text(cap["sample_gpu"])
+        (tmp_path / "apps.txt").write_text(apps)
+        smi = tmp_path / "nvidia-smi"
+        smi.write_text(f"#!/bin/sh\ncase \"$1\" in --query-gpu=*) cat {tmp_path}/gpu.txt;; "
+                       f"*) cat {tmp_path}/apps.txt;; esac\n")
+        smi.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+        got = sample.finish(sample.start(), uuid)
+        assert [a["pid"] for a in got["apps"]] == want and got["own_pid_seen"] is own, got
+        assert got["gpu"]["memory.used"] == "115303"
+        assert [a["pid"] for a in causes.foreign(got)] == want  # two rows: one is not the rank
+        alone = {**got, "apps": got["apps"][:1]}
+        assert causes.foreign(alone) == ([] if not own else alone["apps"])

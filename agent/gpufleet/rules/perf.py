@@ -164,13 +164,17 @@ def check_sku(ctx: Ctx) -> Iterator[Finding]:
                 yield _slow(h, f, e)
         for g in f.gpus:
             smp = _sample(f, s, g.index) or {}
-            apps = smp.get("apps") or []
+            apps = causes.foreign(smp)
             if apps:
                 used = sum(int(a["used_memory"]) for a in apps
                            if str(a.get("used_memory", "")).isdigit())
                 yield finding("GF543", [h.name],
-                              f"{h.name} GPU {g.index}: {len(apps)} other process(es) on the "
-                              f"GPU during the smoke run, holding {used} MiB of "
+                              f"{h.name} GPU {g.index}: "
+                              + (f"{len(apps)} other process(es) on the GPU"
+                                 if smp.get("own_pid_seen") is not False else
+                                 f"{len(apps)} processes on the GPU, one of them the smoke's "
+                                 "own rank (its pid is not visible here)")
+                              + f" during the smoke run, holding {used} MiB of "
                               f"{g.memory_total_mib or '?'} MiB: "
                               + ", ".join(f"pid {a.get('pid')} {a.get('process_name')}"
                                           for a in apps),

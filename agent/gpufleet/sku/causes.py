@@ -31,9 +31,18 @@ def _num(row: Mapping[str, Any], key: str) -> float | None:
         return None
 
 
+def foreign(smp: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
+    """The sample's processes that are not the smoke's own rank. Where the rank's pid was not
+    among them (a container's pid namespace) one of them is the rank: only a second counts."""
+    apps = list((smp or {}).get("apps") or [])
+    if (smp or {}).get("own_pid_seen") is False:
+        return apps if len(apps) > 1 else []
+    return apps
+
+
 def _sample_causes(smp: Mapping[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    apps = smp.get("apps") or []
+    apps = foreign(smp)
     if apps:
         out.append({"cause": "other_processes",
                     "text": "other process(es) computing on this GPU during the run: " + ", ".join(

@@ -53,7 +53,7 @@ def parse_rows(text, fields):
 def finish(procs, uuid):
     """{"gpu": this GPU's row, "apps": processes on it other than this one, "own_pid"}."""
     if procs is None:
-        return {"error": "nvidia-smi not found"}
+        return {"error": "no sample: nvidia-smi not found, or the load did not run"}
     if isinstance(procs, dict):
         return procs
     texts = []
@@ -67,6 +67,12 @@ def finish(procs, uuid):
         texts.append(text if p.returncode == 0 else "")
     gpus = parse_rows(texts[0], GPU_FIELDS)
     mine = [g for g in gpus if uuid and g["uuid"].lower() == uuid.lower()]
-    apps = [a for a in parse_rows(texts[1], APP_FIELDS)
-            if uuid and a["gpu_uuid"].lower() == uuid.lower() and a["pid"] != str(os.getpid())]
-    return {"gpu": mine[0] if mine else None, "apps": apps, "own_pid": os.getpid()}
+    on_gpu = [a for a in parse_rows(texts[1], APP_FIELDS)
+              if uuid and a["gpu_uuid"].lower() == uuid.lower()]
+    own = str(os.getpid())
+    seen = any(a["pid"] == own for a in on_gpu)
+    # In a container nvidia-smi reports host PIDs (or none): this rank is then one of the rows
+    # but cannot be told apart (own_pid_seen false); gpufleet/sku/causes.py counts it out.
+    others = [a for a in on_gpu if a["pid"] != own]
+    return {"gpu": mine[0] if mine else None, "apps": others, "own_pid": os.getpid(),
+            "own_pid_seen": seen}
