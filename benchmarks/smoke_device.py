@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "agent"))
 
 from gpufleet.model import (
     Expectations,
+    Facts,
     HostResult,
     HostSpec,
     Report,
@@ -41,7 +42,7 @@ from gpufleet.model import (
     to_jsonable,
 )
 from gpufleet.probes import collect
-from gpufleet.rules import evaluate
+from gpufleet.report.pipeline import judge
 from gpufleet.smoke.runner import SmokeOptions, run_smoke
 from gpufleet.transport.local import LocalTransport
 
@@ -59,12 +60,17 @@ SCENARIOS: dict[str, tuple[str, dict[str, str], SmokeOptions]] = {
                                   "GPUFLEET_SMOKE_SDC_SECONDS": "3"}, SmokeOptions()),
     "hog-copy": ("full", {"GPUFLEET_SMOKE_DEEP": "hostdev_bw"}, SmokeOptions()),
     "hog-matmul": ("full", {"GPUFLEET_SMOKE_DEEP": "scaling"}, SmokeOptions()),
+    # Issue 25: the whole full level with a co-tenant; each must get its SKU finding and cause.
+    "hog-matmul-full": ("full", {}, SmokeOptions()),
+    "hog-mem-full": ("full", {}, SmokeOptions()),
+    "hog-copy-full": ("full", {}, SmokeOptions()),
     "compile-nocc": ("full", {"GPUFLEET_SMOKE_DEEP": "readiness", "CC": "/nonexistent/cc",
                               "CXX": "/nonexistent/c++", "TORCHINDUCTOR_CACHE_DIR": "FRESH",
                               "TRITON_CACHE_DIR": "FRESH"}, SmokeOptions()),
 }
 # Scenarios that start a second process on the last GPU first (benchmarks/gpu_hog.py).
-HOGS = {"hog-copy": "copy", "hog-matmul": "matmul"}
+HOGS = {"hog-copy": "copy", "hog-matmul": "matmul", "hog-matmul-full": "matmul",
+        "hog-mem-full": "mem", "hog-copy-full": "copy"}
 
 
 def gpu_count() -> int:
@@ -81,10 +87,14 @@ def start_hog(python: str, gpu: int, mode: str) -> subprocess.Popen[str]:
     return hog
 
 
-def findings_of(spec: HostSpec, res: SmokeResult) -> list[dict[str, Any]]:
-    report = Report(hosts={spec.name: HostResult(spec.name, "ok", smoke=res)},
-                    specs={spec.name: spec}, level="smoke")
-    return [to_jsonable(f) for f in evaluate(report)]
+def findings_of(spec: HostSpec, res: SmokeResult, facts: Facts | None = None
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The rules' findings on the run (with the facts: the SKU rules need them) and the
+    host's expectations with the measured values beside them."""
+    report = judge(Report(hosts={spec.name: HostResult(spec.name, "ok", facts=facts, smoke=res)},
+                          specs={spec.name: spec}, level="smoke"))
+    return ([to_jsonable(f) for f in report.findings],
+            to_jsonable(report.hosts[spec.name].expectations))
 
 
 def sh(cmd: str) -> str:
@@ -157,7 +167,7 @@ def main() -> int:
                 else:
                     os.environ[k] = v
         wall = time.monotonic() - t
-        found = findings_of(spec, res)
+        found, expected = findings_of(spec, res, facts)
         doc = {
             "scenario": name,
             "level": level,
@@ -166,6 +176,7 @@ def main() -> int:
             "hog": {"gpu": int(last), "mode": HOGS[name]} if name in HOGS else None,
             "result": to_jsonable(res),
             "findings": found,
+            "expectations": expected,
         }
         (out / f"{args.prefix}-smoke-{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
         say(
@@ -186,6 +197,9 @@ def main() -> int:
         say(f"  timings: {json.dumps(dict(res.timings_s), sort_keys=True)}")
         for f in found:
             say(f"  finding {f['rule']} {f['severity']}: {f['message'][:600]}")
+        for e in expected:
+            say(f"  expect {e['metric']:<22} {e.get('dtype') or '':<5} gpu {e.get('gpu')}: "
+                f"measured {e['measured']} expected {e['expected']} floor {e['floor']}")
         if res.error:
             say(f"  error: {res.error}")
         if res.status not in ("pass", "fail"):

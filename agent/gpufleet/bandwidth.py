@@ -23,8 +23,16 @@ Model (docs/smoke.md, "Expected bandwidth"):
 4. A link below its SKU's normal count or speed lowers the raw bound (it is its own finding,
    GF408/GF413, so the bandwidth check does not report it twice); a SKU built with fewer links
    (H100 PCIe: 12 of 18) is normal, not degraded.
-Limits: one calibration host; NVLS/SHARP off (NCCL_NVLS_ENABLE=0 as measured); small sizes are
-latency-bound and are not judged (only sizes >= JUDGED_FROM).
+5. Fabric classes (FABRICS): an 8-GPU NVSwitch host is judged as NVSwitch with NVLS (NVLink
+   SHARP) or without it, a direct NV# pair/bridge as "nvlink", anything else as "pcie". NVLS is
+   on where NCCL turns it on by default (NVSwitch and a Hopper or newer GPU, the SKU catalog's
+   arch) unless NCCL_NVLS_ENABLE=0 is in effect (environment or NCCL config: Facts.nccl_config);
+   every verdict states which (LinkBound.nvls). NVSwitch classes scale the measured curve's
+   shape to the large-message ratio NCCL's maintainers quote and judge at 0.95 of it, as close
+   as Azure's published floors sit to their measurements (tests/unit/test_fabric_classes.py
+   checks each class against the cited public floor within FABRIC_MARGIN).
+Limits: one calibration host for the curve's shape; small sizes are latency-bound and are not
+judged (only sizes >= JUDGED_FROM).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet import sku
 from gpufleet.model import Facts, GpuNvLinks, gpu_link_kinds
 
 MIB = 1 << 20
@@ -55,7 +64,32 @@ SOURCES: Mapping[str, str] = {
                      "53.125 NVLink5 (GB200, GoogleCloudPlatform/cluster-toolkit#5942), "
                      "25.781 NVLink2 (V100, Azure/azhpc-diagnostics#73), 25 NVLink3 (A100)",
     "busbw": "nccl-tests doc/PERFORMANCE.md: busbw = S/t x 2(n-1)/n for all_reduce",
+    "nccl_212": "NVIDIA/nccl-tests#212 (maintainer): 8xH100 all_reduce busbw ~480 GB/s with "
+                "NVLS, ~370 with rings (NVLS off); 8xH200 475 (NVIDIA/nccl-tests#272)",
+    "azure_floors": "Azure/azurehpc-health-checks@0e0a1ac conf/*.conf: ND H100 v5 >= 460 GB/s at "
+                    "16 GiB, ND A100 v4 >= 228; SuperBench NDv4 A100 235.05 at 8 GiB "
+                    "(../shared/reviews/anchors-2026-12-01.md 1A)",
 }
+
+
+@dataclass(frozen=True)
+class FabricClass:
+    """How busbw relates to the raw per-GPU link rate on one kind of fabric."""
+
+    large_ratio: float | None  # busbw / raw at large messages; None: the measured curve as is
+    fraction: float  # measured must reach this share of the expectation
+    source: str  # keys of SOURCES
+
+
+# A public floor and our floor for the same class may differ by at most this (the test's margin).
+FABRIC_MARGIN = {"nvswitch_nvls": 0.05, "nvswitch": 0.05, "nvlink": 0.15}
+FABRICS: Mapping[str, FabricClass] = {
+    "nvswitch_nvls": FabricClass(480 / 478.116, 0.95, "nccl_212 azure_floors"),
+    "nvswitch": FabricClass(370 / 478.116, 0.95, "nccl_212 azure_floors"),
+    "nvlink": FabricClass(None, FRACTION, "h200x2"),
+    "pcie": FabricClass(None, FRACTION, "p2p_off pcie"),
+}
+NVLS_ARCHS = frozenset({"hopper", "blackwell"})  # NVSwitch gen 3+ hosts: NCCL >= 2.17 defaults on
 
 # The measured table: (GPU name, GPUs, link) -> size -> busbw GB/s.
 MEASURED: Mapping[tuple[str, int, str], Mapping[int, float]] = {
@@ -112,6 +146,7 @@ class HostLinks:
     nvswitch: bool = False
     pcie: Mapping[int, tuple[int | None, int | None]] = field(default_factory=dict)
     nic_gbps: tuple[float, ...] = ()  # each NIC's rate, GB/s (multinode)
+    nvls_setting: tuple[str, str] | None = None  # (NCCL_NVLS_ENABLE value, where it was set)
 
 
 @dataclass(frozen=True)
@@ -133,6 +168,9 @@ class LinkBound:
     calibration: str
     inventory: Mapping[str, Any]
     issues: tuple[LinkIssue, ...] = ()
+    fabric: str = ""  # a key of FABRICS
+    nvls: str = ""  # the NVLS assumption, stated in every verdict
+    fraction: float = FRACTION
 
     def judged(self) -> dict[int, float]:
         return {s: v for s, v in self.busbw_gbps.items() if s >= JUDGED_FROM}
@@ -142,7 +180,8 @@ class LinkBound:
                 "expected_gbps": {str(s): round(v, 1) for s, v in self.busbw_gbps.items()},
                 "ratio": {str(s): round(v, 3) for s, v in self.ratio.items()},
                 "calibration": self.calibration, "inventory": dict(self.inventory),
-                "fraction_required": FRACTION, "judged_from_bytes": JUDGED_FROM,
+                "fraction_required": self.fraction, "judged_from_bytes": JUDGED_FROM,
+                "fabric": self.fabric, "nvls": self.nvls,
                 "lowered_by": [i.detail for i in self.issues]}
 
 
@@ -210,10 +249,19 @@ def expect_host(links: HostLinks, nproc: int) -> LinkBound | None:
     }
     nv_world = len(per_gpu) == nproc and all(v > 0 for v in per_gpu.values()) and (
         links.nvswitch or _all_nvlink(links.gpu_links, nproc))
+    fabric, nvls = "pcie", "NVLS not applicable (no NVSwitch)"
     if nv_world:
         raw = min(per_gpu.values())
         basis, curve = ("nvswitch" if links.nvswitch else "nvlink"), NVLINK_RATIO
         calibration = "ratio of nccl-tests busbw to raw NVLink, measured on 2xH200 NV18"
+        fabric = "nvlink"
+        if links.nvswitch:
+            fabric, nvls = nvls_state(links, nproc)
+            scale = (FABRICS[fabric].large_ratio or 1.0) / NVLINK_RATIO[4 * GIB]
+            curve = {s: r * scale for s, r in NVLINK_RATIO.items()}
+            calibration = (f"{fabric}: 2xH200 NV18 curve shape scaled to "
+                           f"{FABRICS[fabric].large_ratio:.3f} x raw at large messages "
+                           f"({SOURCES['nccl_212']})")
     else:
         rates = [pcie_gbps(*links.pcie.get(i, (None, None))) for i in range(nproc)]
         known = [r for r in rates if r is not None]
@@ -237,7 +285,21 @@ def expect_host(links: HostLinks, nproc: int) -> LinkBound | None:
         calibration = "the measured nccl-tests table of this exact configuration"
     return LinkBound(basis=basis, gpus=nproc, raw_gbps=raw, busbw_gbps=expected,
                        ratio=ratio, calibration=calibration, inventory=inventory,
-                       issues=tuple(i for i in issues if i.gpu < nproc))
+                       issues=tuple(i for i in issues if i.gpu < nproc), fabric=fabric,
+                       nvls=nvls, fraction=FABRICS[fabric].fraction)
+
+
+def nvls_state(links: HostLinks, nproc: int) -> tuple[str, str]:
+    """(fabric class, the NVLS assumption in words) for an NVSwitch world."""
+    if links.nvls_setting is not None and links.nvls_setting[0].strip() == "0":
+        return "nvswitch", f"NVLS off: NCCL_NVLS_ENABLE=0 in {links.nvls_setting[1]}"
+    archs = {m.arch for m in (sku.match(n)[0] for n in links.gpu_names[:nproc]) if m}
+    if archs and archs <= NVLS_ARCHS:
+        where = (f"NCCL_NVLS_ENABLE={links.nvls_setting[0]} in {links.nvls_setting[1]}"
+                 if links.nvls_setting else "NCCL's default on NVSwitch with "
+                 + "/".join(sorted(archs)) + " GPUs")
+        return "nvswitch_nvls", f"NVLS on: {where}"
+    return "nvswitch", "NVLS unsupported here (NVSwitch before Hopper)"
 
 
 def expect_world(hosts: Sequence[tuple[LinkBound | None, HostLinks]]) -> LinkBound | None:
@@ -272,6 +334,9 @@ def links_from_facts(f: Facts) -> HostLinks:
         nvswitch=f.fabric is not None and f.fabric.nvswitch_count > 0,
         pcie={g.index: (g.pcie_gen_current, g.pcie_width_current) for g in f.gpus},
         nic_gbps=tuple(p.rate_gbit / 8 for p in f.ib_ports or () if p.rate_gbit),
+        nvls_setting=next(((st.value, st.source) for st in (
+            f.nccl_config.effective if f.nccl_config is not None else ())
+            if st.name == "NCCL_NVLS_ENABLE"), None),
     )
 
 

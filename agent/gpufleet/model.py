@@ -175,7 +175,10 @@ def gpu_link_kinds(links: Mapping[str, Any], gpus: int | None = None) -> frozens
 
 
 def topology_signature(gpu_count: int, links: Mapping[str, Any]) -> str:
-    """"8x NV18", "2x NODE/SYS", "4x ?": how many GPUs and how they are joined (cohort key)."""
+    """"8x NV18", "2x NODE/SYS", "4x ?", "1x (one GPU)": how many GPUs and how they are joined
+    (cohort key). One GPU has no GPU-GPU link to know: not "?" (issue 25)."""
+    if gpu_count == 1:
+        return "1x (one GPU)"
     return f"{gpu_count}x " + ("/".join(sorted(gpu_link_kinds(links))) or "?")
 
 
@@ -409,6 +412,30 @@ class SmokeResult:
 
 
 @dataclass(frozen=True)
+class Expected:
+    """One expectation a host was judged against (gpufleet/sku/expect.py; docs/expectations.md).
+
+    metric is one of EXPECTED_METRICS; measured sits beside it after a smoke run (None before)."""
+
+    metric: str
+    unit: str  # "TFLOP/s" | "GB/s"
+    expected: float
+    floor: float
+    source: str  # the citation(s) the number rests on
+    basis: str  # how it was formed: "catalog x measured ratio", "borrowed ratio", "links", ...
+    gpu: int | None = None
+    dtype: str | None = None  # matmul_tflops only
+    bytes: int | None = None  # allreduce_busbw_gbps only: the message size
+    measured: float | None = None
+
+
+EXPECTED_METRICS: tuple[str, ...] = (
+    "allreduce_busbw_gbps", "matmul_tflops", "hbm_gbps", "h2d_gbps", "d2h_gbps", "p2p_gbps",
+    "nvlink_link_gbps", "nic_gbps",
+)
+
+
+@dataclass(frozen=True)
 class HostResult:
     name: str
     status: HostStatus
@@ -416,6 +443,8 @@ class HostResult:
     facts: Facts | None = None
     smoke: SmokeResult | None = None
     duration_s: float | None = None
+    # What the host was judged against (filled by report.pipeline.judge, at every level).
+    expectations: tuple[Expected, ...] = ()
 
 
 @dataclass(frozen=True)

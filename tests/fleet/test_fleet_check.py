@@ -8,9 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from fleetlib import DESIRED_STATE, Fleet, make_fleet
 from prometheus_client.parser import text_string_to_metric_families
+
+import gpufleet
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -129,3 +132,21 @@ def test_prometheus_over_the_fleet(check_fleet: Fleet, tmp_path: Path) -> None:
     assert r.returncode == 1, r.stderr
     names = {f.name for f in text_string_to_metric_families(out.read_text())}
     assert any("up" in n for n in names), names
+
+
+def test_each_host_carries_its_expectations_from_the_facts_alone(report: dict[str, Any]) -> None:
+    # issue 25: hosts.<name>.expectations at --level facts, from the SKU catalog and the links
+    schema = json.loads((Path(gpufleet.__file__).parent / "schema/report-v1.json").read_text())
+    jsonschema.validate(report, schema)
+    hgx = report["hosts"]["hgx-ok-1"]["expectations"]
+    [busbw] = [e for e in hgx if e["metric"] == "allreduce_busbw_gbps"]
+    assert (busbw["expected"], busbw["floor"], busbw["measured"]) == (480.0, 456.0, None)
+    assert "NVLS on: NCCL's default on NVSwitch with hopper GPUs" in busbw["basis"]
+    bf16s = [e for e in hgx if e["metric"] == "matmul_tflops" and e["dtype"] == "bf16"]
+    assert [e["gpu"] for e in bf16s] == list(range(8))  # one per GPU
+    bf16 = bf16s[0]
+    assert (bf16["expected"], bf16["floor"]) == (783.7, 666.1)
+    assert "H200-SXM" in bf16["basis"] and "989.5" in bf16["source"]
+    pair = report["hosts"]["gpu-ok-1"]["expectations"]
+    [busbw2] = [e for e in pair if e["metric"] == "allreduce_busbw_gbps"]
+    assert (busbw2["expected"], busbw2["floor"]) == (343.7, 275.0)

@@ -48,16 +48,28 @@ def test_real_h200_capture_is_the_measured_table(fixtures_dir: Path) -> None:
 
 
 def test_h200x8_nvswitch_uses_the_ratio_curve() -> None:
-    # 8 GPUs: no measured table; raw per GPU is the same 478.116, so ratio x raw gives back
-    # 343.7 at 4 GiB and 298.3 at 256 MiB; between points log-linear: 2 GiB is halfway
-    # between 1 GiB (330.3) and 4 GiB (343.7) in log2 size: 330.3 + (343.7 - 330.3) / 2 = 337.0.
+    # 8 GPUs on NVSwitch, Hopper: NCCL turns NVLS on by default, so the class is nvswitch_nvls:
+    # the NV18 curve's shape scaled to 480 GB/s at 4 GiB (nccl-tests#212), i.e. each point
+    # x 480 / 343.7: 256 MiB 298.3 -> 416.6; 2 GiB (log-linear halfway, 337.0) -> 470.6.
     e = expect.expect_host(HostLinks(gpu_names=("NVIDIA H200",) * 8, nvlink=_nv(8),
                                      gpu_links=_matrix(8, "NV18"), nvswitch=True), 8)
-    assert e is not None and e.basis == "nvswitch"
-    assert e.busbw_gbps[4 * GIB] == pytest.approx(343.7)
-    assert e.busbw_gbps[256 * MIB] == pytest.approx(298.3)
-    assert e.busbw_gbps[2 * GIB] == pytest.approx(337.0)
-    assert e.busbw_gbps[8 * GIB] == pytest.approx(343.7)  # flat beyond the last point
+    assert e is not None and e.basis == "nvswitch" and e.fabric == "nvswitch_nvls"
+    assert e.nvls == "NVLS on: NCCL's default on NVSwitch with hopper GPUs"
+    assert e.busbw_gbps[4 * GIB] == pytest.approx(480.0)
+    assert e.busbw_gbps[256 * MIB] == pytest.approx(416.6, abs=0.05)
+    assert e.busbw_gbps[2 * GIB] == pytest.approx(470.6, abs=0.05)
+    assert e.busbw_gbps[8 * GIB] == pytest.approx(480.0)  # flat beyond the last point
+    assert e.fraction == 0.95 and e.evidence()["fraction_required"] == 0.95
+
+
+def test_nvls_off_in_the_nccl_config_is_the_ring_class() -> None:
+    # NCCL_NVLS_ENABLE=0 (an /etc/nccl.conf like the lent H200's): rings, 370 GB/s at 4 GiB.
+    e = expect.expect_host(HostLinks(gpu_names=("NVIDIA H200",) * 8, nvlink=_nv(8),
+                                     gpu_links=_matrix(8, "NV18"), nvswitch=True,
+                                     nvls_setting=("0", "/etc/nccl.conf")), 8)
+    assert e is not None and e.fabric == "nvswitch"
+    assert e.nvls == "NVLS off: NCCL_NVLS_ENABLE=0 in /etc/nccl.conf"
+    assert e.busbw_gbps[4 * GIB] == pytest.approx(370.0)
 
 
 def test_pcie_only_8_gpus() -> None:

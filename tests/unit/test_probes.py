@@ -611,6 +611,7 @@ def test_gpu_link_kinds_is_one_answer_on_the_model_and_on_the_report_json() -> N
     assert topo.gpu_link_kinds() == gpu_link_kinds(as_json["links"]) == {"NV18"}
     assert topology_signature(2, as_json["links"]) == "2x NV18"
     assert topology_signature(0, {}) == "0x ?"
+    assert topology_signature(1, {}) == "1x (one GPU)"  # issue 25: no "1x ?" cohort
     assert topo.gpu_link_kinds(2) == {"NV18"}
     # Asked about 3 GPUs of a 2-GPU matrix: the missing pairs are unknown, not uniform NV18.
     assert topo.gpu_link_kinds(3) == {"NV18", ""}

@@ -232,6 +232,26 @@ CASES.update({
 })
 
 
+_UUID0 = "GPU-00000000-0000-0000-0000-000000000000"
+_MEMBW_LOW = SmokeCheck("membw", True, "", {"per_rank": {"0": {
+    "gbps": 900.0, "counted": "one side", "uuid": _UUID0}}})
+_GEMM_COTENANT = SmokeCheck("gemm", True, "", {"per_rank": {"0": {
+    "identity": {"uuid": _UUID0}, "tflops": {"bf16": 790.0},
+    "sample": {"gpu": None, "apps": [{"gpu_uuid": _UUID0, "pid": "777", "process_name": "python3",
+                                      "used_memory": "120000"}]}}}})
+# GF540-GF543: the SKU catalog (rules/perf.py; tests/unit/test_sku.py has the cause cases).
+CASES.update({
+    "GF540": (lambda: fleet({"gpu02": {"smoke": {"matmul_tflops": {0: 321.7, 1: 790.0}}}}),
+              "gpu02"),
+    "GF541": (lambda: fleet({"gpu02": {"smoke": {"checks": (_MEMBW_LOW,)}}}), "gpu02"),
+    "GF542": (lambda: fleet({"gpu02": {"facts": {"gpus": (gpu(0, name="NVIDIA X9000"),)}}}),
+              "gpu02"),
+    "GF543": (lambda: fleet({"gpu02": {"smoke": {"checks": (_GEMM_COTENANT,)}}}), "gpu02"),
+    "GF415": (lambda: fleet({"gpu02": {"facts": {"gpus": (), "errors": {
+        "nvidia_smi": "nvidia-smi hung (no answer in 10 s)"}}}}), "gpu02"),
+})
+
+
 def test_every_rule_has_a_firing_case() -> None:
     # History rules fire against saved runs: tests/unit/test_history.py.
     # GF9xx record what node-check did in Slurm (tests/unit/test_slurm_plan.py fires them).

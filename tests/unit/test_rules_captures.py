@@ -142,7 +142,7 @@ def test_real_healthy_peers_nothing_above_info(parsed: dict[str, Facts],
 FAULTS: dict[str, tuple[set[str], set[str]]] = {
     "driver-drift": ({"GF101"}, {"GF201", "GF202"}),
     "nvml-mismatch": ({"GF304", "GF106"}, {"GF304"}),
-    "nvidia-smi-hang": ({"GF106", "GF010"}, {"GF010"}),
+    "nvidia-smi-hang": ({"GF106", "GF010", "GF415"}, {"GF010", "GF415"}),
     "ecc-remap": ({"GF402", "GF403", "GF404"}, {"GF402", "GF403", "GF404"}),
     "xid": ({"GF405"}, {"GF405"}),
     "pcie-degraded": ({"GF407"}, {"GF407"}),

@@ -58,6 +58,10 @@ def test_full_level_on_cpu_ranks_passes_every_deep_check() -> None:
     assert str(sdc["detail"]).startswith("4 ops bit-identical on 2 device(s)")
     assert set(sdc["cpu_reference"]) == {"gemm_fp32_exact", "sum_int"}  # type: ignore[arg-type]
     assert _rules(res) == {}  # GF534 (TF32) is about GPUs only
+    gemm = _check(res, "gemm")  # GPU only: CPU ranks record that they skipped
+    assert gemm["detail"] == "no GEMM measured (CPU ranks)", gemm
+    membw = _check(res, "membw")
+    assert {r["counted"] for r in membw["per_rank"].values()} == {"one side"}  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 import time
+import venv
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from gpufleet.model import (
     Gpu,
     GpuProcess,
     HostSpec,
+    PciFunction,
     Topology,
 )
 from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m
@@ -280,6 +283,53 @@ def test_busy_host_is_skipped_unless_forced(tmp_path: Path) -> None:
     assert res.status == "busy"
     assert res.error is not None and "pid 4242 python3" in res.error and "--force" in res.error
     assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []  # the run dir went too
+
+
+def test_hung_nvidia_smi_starts_no_ranks() -> None:
+    # issue 25: the fallback world size (CPU_RANKS) failed a phantom rank 1 on a 1-GPU host
+    # whose nvidia-smi hung; now nothing starts and the error says why.
+    spec = HostSpec(name="local", address="localhost", connection="local")
+    facts = Facts(errors={"nvidia_smi": "nvidia-smi hung (no answer in 1 s)"},
+                  pci_gpus=(PciFunction("0000:00:06.0", "0x030200", "0x2335"),))
+    res = run_smoke(spec, LocalTransport(spec), facts, timeout=60)
+    assert (res.status, res.world_size, res.ranks) == ("error", 0, ())
+    assert res.error == ("local: the GPUs could not be counted (nvidia-smi hung (no answer in "
+                         "1 s)); the smoke test starts no ranks it cannot place")
+    assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []
+
+
+def test_a_python_without_torch_says_so_and_names_the_variable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 25: over SSH `python3` was the system one; the headline was "rank 0 exited 1".
+    venv.create(tmp_path / "bare", with_pip=False)  # a real interpreter with no torch
+    py = str(tmp_path / "bare/bin/python")
+    (tmp_path / "home/.venv/bin").mkdir(parents=True)  # one that has torch: this test's own
+    wrapper = tmp_path / "home/.venv/bin/python"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    spec = HostSpec(name="local", address="localhost", connection="local",
+                    expect=Expectations(smoke_python=py))
+    res = run_smoke(spec, LocalTransport(spec), Facts(), timeout=120)
+    assert res.status == "error" and res.error is not None
+    assert res.error.startswith(f"No module named 'torch' for {py} on local: set "
+                                "gpufleet_smoke_python to an interpreter that has torch"), res.error
+    assert (f"; interpreters with torch on local: {tmp_path}/home/.venv/bin/python; "
+            in res.error), res.error
+
+
+def test_a_gpu_mask_in_the_environment_is_named_when_torch_sees_fewer_gpus() -> None:
+    # issue 25: torch (CPU here: 0 GPUs) sees fewer than nvidia-smi (1) and the mask is named
+    spec = HostSpec(name="local", address="localhost", connection="local",
+                    expect=Expectations(smoke_python=sys.executable))
+    facts = Facts(gpus=(Gpu(index=0, name="NVIDIA H200"),))
+    res = run_smoke(spec, LocalTransport(spec), facts, timeout=120,
+                    options=SmokeOptions(env={"CUDA_VISIBLE_DEVICES": "1"}))
+    [dc] = [c for c in res.checks if c.name == "device_count"]
+    assert not dc.passed
+    assert ("local: torch sees 0 GPU(s), nvidia-smi lists 1 (CUDA_VISIBLE_DEVICES=1 in the "
+            "ranks' environment: from the ssh session, the image's env or the run's env; unset "
+            "it there)") in dc.detail
 
 
 def _fake_python(path: Path, nccl: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from gpufleet.model import SEVERITIES, fmt_bytes
 from gpufleet.redact import markdown
+from gpufleet.report import expected
 from gpufleet.report.common import busbw_largest, host_worst, summary_line, versions
 from gpufleet.report.wording import row_message
 
@@ -39,6 +40,11 @@ def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> 
                v["torch"], (h.get("smoke") or {}).get("status"),
                f"{bw[1]:.1f} GB/s @ {fmt_bytes(bw[0])}" if bw else None)
         lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
+    measured = expected.rows(doc)
+    if measured:  # measured against the SKU/link expectations (docs/expectations.md)
+        lines += ["", "## measured against expected", "",
+                  "| " + " | ".join(expected.HEADER) + " |", "|---|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(_cell(c) for c in r) + " |" for r in measured]
     for sev in SEVERITIES:
         group = [f for f in doc["findings"] if f["severity"] == sev]
         if not group:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from gpufleet.model import Finding, Report
 from gpufleet.report.common import summarize
 from gpufleet.rules import evaluate, sort_findings
+from gpufleet.sku.expect import host_expectations
 
 
 def summarized(report: Report) -> Report:
@@ -22,7 +23,10 @@ def summarized(report: Report) -> Report:
 
 
 def judge(report: Report) -> Report:
-    """`report` with the rules' findings and its summary."""
+    """`report` with the rules' findings, each host's expectations and its summary."""
+    hosts = {name: dataclasses.replace(h, expectations=host_expectations(h.facts, h.smoke))
+             for name, h in report.hosts.items()}
+    report = dataclasses.replace(report, hosts=hosts)
     return summarized(dataclasses.replace(report, findings=evaluate(report)))
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufleet.model import SEVERITIES, fmt_bytes
+from gpufleet.report import expected
 from gpufleet.report.common import busbw_largest, host_worst, summary_line, versions
 from gpufleet.report.wording import row_message
 from gpufleet.rules import RULES
@@ -51,6 +52,15 @@ def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> 
                 smoke.get("status"), f"{bw[1]:.1f} GB/s @ {fmt_bytes(bw[0])}" if bw else None)),
         )
     console.print(hosts)
+    measured = expected.rows(doc)
+    if measured:  # measured against the SKU/link expectations (docs/expectations.md)
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for col in expected.HEADER:
+            table.add_column(col, overflow="fold")
+        for row in measured:
+            table.add_row(*(Text(c, style=_STYLE["ok" if c == "ok" else "error"]
+                                 if i == 5 else "") for i, c in enumerate(row)))
+        console.print(table)
     for sev in SEVERITIES:
         group = [f for f in doc["findings"] if f["severity"] == sev]
         if not group:

@@ -21,6 +21,7 @@ from gpufleet.rules import (
     security,
     smoke,
     state,
+    wedged,
 )
 from gpufleet.rules import workspaces as workspace_rules
 from gpufleet.rules.base import Ctx
@@ -29,7 +30,7 @@ from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 __all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
 MODULES = (state, desired, drift, compat, security, hardware, perf, smoke, links, nccl, deep,
-           workspace_rules)
+           workspace_rules, wedged)
 
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:

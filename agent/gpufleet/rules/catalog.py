@@ -314,6 +314,14 @@ _RULES: tuple[RuleInfo, ...] = (
              meaning="`nvidia-smi` reports ECC mode `Disabled` on a GPU that has ECC memory: "
                      "memory errors go undetected and uncorrected (GF402-GF404 cannot see them). "
                      "GPUs without ECC report `N/A` and are not judged."),
+    RuleInfo("GF415", "error", "nvidia-smi hung: GPU or driver wedged",
+             "drain {host}; read `dmesg | grep -i -e xid -e nvrm` there, then reset the GPU "
+             "(`nvidia-smi -r`) or reboot; rerun `gpufleet check -l {host}`",
+             meaning="nvidia-smi gave no answer within the probe's tool timeout and was killed. "
+                     "NVML hanging with the driver loaded is a wedged GPU or driver (fallen off "
+                     "the bus, stuck in a reset): drain-worthy. The smoke test does not start "
+                     "there (it cannot count the GPUs; a guessed world size failed phantom "
+                     "ranks)."),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "
@@ -345,6 +353,38 @@ _RULES: tuple[RuleInfo, ...] = (
                      "check.",
              doc_fill={"hint": "remove the named NCCL setting from its file, or check `nvidia-smi "
                                "nvlink -s`, `nvidia-smi topo -m` and NCCL_DEBUG=INFO"}),
+    # GF540-GF559: against the SKU catalog (rules/perf.py, gpufleet/sku; docs/expectations.md).
+    RuleInfo("GF540", "error", "GEMM TFLOP/s below the SKU's expectation",
+             "{hint}; then rerun `gpufleet check --level full -l {host}`",
+             meaning="A GPU's GEMM TFLOP/s for some dtype (the quick matmul check's bf16, the "
+                     "full level's gemm check per dtype) is below the floor of its SKU's "
+                     "expectation: datasheet peak x the arch's measured efficiency ratio "
+                     "(skus.json) x 0.85. Evidence: measured, expected, floor, ratio, source, "
+                     "and the likely cause from the run's nvidia-smi sample (other processes, "
+                     "clock event reasons, power limit below default, clocks held, MIG) and the "
+                     "facts. A warning where the SKU's arch has no measured ratio (borrowed).",
+             doc_fill={"hint": "the named cause's fix (stop the other process, restore the power "
+                               "limit or clocks), else `dcgmi diag -r 3 -i GPU`"}),
+    RuleInfo("GF541", "error", "HBM bandwidth below the SKU's expectation",
+             "{hint}; then rerun `gpufleet check --level full -l {host}`",
+             meaning="The full level's device-local copy (membw, bytes counted once as "
+                     "nvbandwidth's device_local_copy) is below its SKU's floor: datasheet HBM "
+                     "GB/s x the measured ratio x 0.85. Evidence and causes as GF540.",
+             doc_fill={"hint": "the named cause's fix, else `dcgmi diag -r 3 -i GPU` (memory "
+                               "bandwidth plugin)"}),
+    RuleInfo("GF542", "info", "GPU model not in the SKU catalog: no reference",
+             "add the SKU to agent/gpufleet/sku/skus.json with a source per number "
+             "(docs/expectations.md, \"Adding a SKU\")",
+             meaning="No catalog model matches the GPU's PCI device id or name; gpufleet never "
+                     "guesses an expectation from a neighbour, so compute and HBM are judged "
+                     "against the fleet (GF503) and the host's history (GF521) only."),
+    RuleInfo("GF543", "warning", "another process used the GPU during the smoke run",
+             "find the process (`nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+             "--format=csv` on {host}) and stop it or wait for it before trusting the numbers",
+             meaning="The nvidia-smi sample taken under the full level's GEMM load lists compute "
+                     "processes on a GPU other than the smoke's own rank (a run with --force on a "
+                     "busy host, or a process that started meanwhile). Evidence: each process's "
+                     "pid, name and memory."),
     # GF520-GF529: against the host's own history (rules/history.py), with --save DIR.
     RuleInfo("GF520", "warning", "bus bandwidth drifted below the host's own baseline",
              "{host} lost {drop} of its busbw since its good run of {since}: see what changed with "

@@ -1,4 +1,8 @@
-"""GF5xx: bandwidth and compute against an explicit floor and against the fleet's own baseline.
+"""GF5xx: bandwidth and compute against an explicit floor, the SKU catalog and the fleet baseline.
+
+SKU catalog (GF540-GF543, gpufleet/sku): every GEMM and HBM value the smoke measured is judged on
+its own host against catalog peak x efficiency ratio (sku/expect.py); a value below its floor
+names the likely cause from the run's nvidia-smi sample and the facts (sku/causes.py).
 
 Fleet baseline: median and MAD of hosts with the same GPU model, topology and world size
 (published fixed thresholds differ by topology and NVLS; REFERENCE.md). A host is an outlier when
@@ -11,14 +15,26 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
+from typing import Any
 
-from gpufleet.model import Facts, Finding, cohort_label, fmt_bytes
+from gpufleet.model import (
+    Expected,
+    Facts,
+    Finding,
+    HostResult,
+    SmokeResult,
+    cohort_label,
+    fmt_bytes,
+)
 from gpufleet.model import topology_signature as _signature
 from gpufleet.rules import reference
 from gpufleet.rules.base import Ctx, finding, gpu_model
+from gpufleet.sku import causes
+from gpufleet.sku import expect as sku_expect
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
-RULES: tuple[str, ...] = ("GF501", "GF502", "GF503")
+RULES: tuple[str, ...] = ("GF501", "GF502", "GF503", "GF540", "GF541", "GF542", "GF543")
+SKU_RULES = {"matmul_tflops": "GF540", "hbm_gbps": "GF541"}
 
 
 def topology_signature(f: Facts) -> str:
@@ -95,3 +111,74 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                                "limit": limit, "gpu_model": model, "peers": len(rows),
                                "subject": f"gpu{rank}"},
                               gpu=rank)
+    yield from check_sku(ctx)
+
+
+def _sample(f: Facts, s: SmokeResult | None, gpu: int) -> dict[str, Any] | None:
+    rec = sku_expect.by_gpu(f, s, "gemm").get(gpu) or {}
+    smp = rec.get("sample")
+    return dict(smp) if isinstance(smp, dict) else None
+
+
+def _slow(h: HostResult, f: Facts, e: Expected) -> Finding:
+    assert e.measured is not None and e.gpu is not None
+    g = next((x for x in f.gpus if x.index == e.gpu), None)
+    smp = _sample(f, h.smoke, e.gpu)
+    found = causes.likely(f, g, smp, e.metric)
+    what = f"{e.dtype} GEMM" if e.metric == "matmul_tflops" else "HBM copy"
+    ratio = e.measured / e.expected
+    msg = (f"{h.name} GPU {e.gpu}: {what} {e.measured:.1f} {e.unit} is {100 * ratio:.0f}% of "
+           f"the {e.expected:.1f} expected for its SKU (floor {e.floor:.1f})")
+    msg += "; likely cause: " + "; ".join(c["text"] for c in found) if found else \
+        "; no cause visible in the run's sample"
+    borrowed = "borrowed" in e.basis
+    return finding(SKU_RULES[e.metric], [h.name], msg,
+                   {"gpu": e.gpu, "metric": e.metric, "dtype": e.dtype, "measured": e.measured,
+                    "expected": e.expected, "floor": e.floor, "ratio": round(ratio, 3),
+                    "source": e.source, "basis": e.basis, "causes": found,
+                    "sample": smp, "subject": f"gpu{e.gpu}"},
+                   severity="warning" if borrowed else None,
+                   hint="; ".join(causes.fix(c) for c in found) if found else
+                   f"run `dcgmi diag -r 3 -i {e.gpu}` and compare `nvidia-smi -q -d "
+                   f"PERFORMANCE,CLOCK,POWER -i {e.gpu}` with a healthy GPU of the SKU",
+                   gpu=e.gpu)
+
+
+def check_sku(ctx: Ctx) -> Iterator[Finding]:
+    """GF540/GF541 below the SKU expectation, GF542 no reference, GF543 a co-tenant seen."""
+    for h, f in ctx.with_facts():
+        if not f.gpus:
+            continue
+        unknown = sku_expect.unknown_models(f)
+        if unknown:
+            yield finding("GF542", [h.name],
+                          f"{h.name}: no reference in the SKU catalog for "
+                          + ", ".join(unknown) + ": compute and HBM are judged against peers "
+                          "and history only",
+                          {"gpu_names": unknown})
+        s = h.smoke
+        if s is None or s.backend == "gloo":
+            continue
+        for e in sku_expect.host_expectations(f, s):
+            if e.metric in SKU_RULES and e.measured is not None and e.measured < e.floor:
+                yield _slow(h, f, e)
+        for g in f.gpus:
+            smp = _sample(f, s, g.index) or {}
+            apps = causes.foreign(smp)
+            if apps:
+                used = sum(int(a["used_memory"]) for a in apps
+                           if str(a.get("used_memory", "")).isdigit())
+                yield finding("GF543", [h.name],
+                              f"{h.name} GPU {g.index}: "
+                              + (f"{len(apps)} other process(es) on the GPU"
+                                 if smp.get("own_pid_seen") is not False else
+                                 f"{len(apps)} processes on the GPU, one of them the smoke's "
+                                 "own rank (its pid is not visible here)")
+                              + f" during the smoke run, holding {used} MiB of "
+                              f"{g.memory_total_mib or '?'} MiB: "
+                              + ", ".join(f"pid {a.get('pid')} {a.get('process_name')}"
+                                          for a in apps),
+                              {"gpu": g.index, "processes": apps, "used_memory_mib": used,
+                               "memory_total_mib": g.memory_total_mib,
+                               "subject": f"gpu{g.index}"},
+                              gpu=g.index)

@@ -149,7 +149,8 @@ def _script_args(h: HostRun, spec: str, opts: SmokeOptions, ref: Mapping[int, fl
         script_args += ["--expect-gpus", str(exp.gpu_count)]
     if ref:
         script_args += ["--reference", json.dumps({str(k): v for k, v in ref.items()}),
-                        "--ref-fraction", str(REFERENCE_FRACTION)]
+                        "--ref-fraction", str(h.expectation.fraction if h.expectation is not None
+                                              else REFERENCE_FRACTION)]
     if h.expectation is not None:
         script_args += ["--expectation", json.dumps(h.expectation.evidence(), sort_keys=True)]
     if exp.min_busbw_gbps is not None:

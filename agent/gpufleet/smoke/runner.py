@@ -12,6 +12,7 @@ that nothing of the run remains, prints the files the ranks wrote, and removes t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import threading
@@ -70,7 +71,35 @@ def run_smoke(
         _cleanup(h, quiet=True)
         raise
     _cleanup(h, quiet=early is not None)
-    return early or result(h, [h], level, time.monotonic() - started)
+    return early or _with_torch_pythons(h, result(h, [h], level, time.monotonic() - started))
+
+
+# Where a torch often lives outside a non-login ssh PATH (venvs under /opt, conda, the user's).
+_FIND_TORCH = r"""
+for p in /opt/*/.venv/bin/python /opt/*/bin/python /opt/conda/bin/python "$HOME"/.venv/bin/python \
+         "$HOME"/miniconda3/bin/python /usr/local/bin/python3; do
+  [ -x "$p" ] && "$p" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("torch") is None)' \
+    2>/dev/null && echo "$p"
+done
+exit 0
+"""
+
+
+def _with_torch_pythons(h: HostRun, res: SmokeResult) -> SmokeResult:
+    """A run that failed on "No module named 'torch'" also lists the host's interpreters that
+    have torch (issue 25): one short round trip, only on that failure."""
+    if res.error is None or not res.error.startswith("No module named 'torch' for ") \
+            or h.runtime != "host":
+        return res
+    try:
+        found = h.transport.run(["sh", "-c", _FIND_TORCH], timeout=30).stdout.split()
+    except TransportError:
+        return res
+    names = [p for p in dict.fromkeys(found) if p.startswith(("/", "~"))][:5]
+    extra = (f"; interpreters with torch on {h.spec.name}: " + ", ".join(names)) if names else \
+        f"; no interpreter with torch found on {h.spec.name} in /opt, conda or ~/.venv"
+    head, sep, rest = res.error.partition("; ")
+    return dataclasses.replace(res, error=head + extra + sep + rest)
 
 
 def _start_single(
@@ -83,6 +112,13 @@ def _start_single(
         return SmokeResult(status="error", level=level, error=e.message)
     if h.error:
         return SmokeResult(status="error", level=level, error=h.error)
+    if h.gpu_count is None and not opts.nproc:
+        # nvidia-smi failed or hung: no world size to start (a guessed one failed phantom
+        # ranks on a 1-GPU host, issue 25); GF415 names a hang.
+        return SmokeResult(
+            status="error", level=level, error=f"{h.spec.name}: the GPUs could not be counted ("
+            + (h.facts.errors.get("nvidia_smi") or "nvidia-smi failed")
+            + "); the smoke test starts no ranks it cannot place")
     if h.busy and not force:
         return SmokeResult(
             status="busy", level=level, device_count=h.gpu_count,

@@ -304,6 +304,9 @@ def failure(
         errors = [f"rank {k}: {r['error']}" for k, r in causes["ranks"].items() if r.get("error")]
         parts += [e[:400] for e in errors[:3] if not dead]
     parts += _evidence(causes, world)
+    no_torch = _no_torch(h, log_tail)
+    if no_torch:
+        parts.insert(0, no_torch)
     if not parts:
         rc = h.launch.rc if h.launch is not None else None
         last = (log_tail or "").strip().splitlines()[-1:] or ["no output"]
@@ -312,6 +315,20 @@ def failure(
     return SmokeResult(status=status, level=level, error="; ".join(parts),
                        hung_ranks=tuple(hung), timings_s=timings, hosts=names,
                        log_tail=log_tail, device_count=h.gpu_count, causes=causes)
+
+
+def _no_torch(h: HostRun, log_tail: str | None) -> str | None:
+    """The headline when the interpreter has no torch (issue 25: over SSH, PATH is not the login
+    PATH, so `python3` is often a system python without it)."""
+    if "No module named 'torch'" not in (log_tail or ""):
+        return None
+    if h.runtime == "docker":
+        return (f"No module named 'torch' in the image {h.spec.expect.pytorch_image}: use an "
+                "image that ships torch (pytorch_image)")
+    return (f"No module named 'torch' for {h.spec.expect.smoke_python} on {h.spec.name}: set "
+            "gpufleet_smoke_python to an interpreter that has torch (a non-login ssh session "
+            "does not read the login PATH: find one with `ssh HOST 'ls /opt/*/.venv/bin/python "
+            "~/.venv/bin/python 2>/dev/null'`)")
 
 
 def result(h: HostRun, world: Sequence[HostRun], level: str, elapsed: float) -> SmokeResult:

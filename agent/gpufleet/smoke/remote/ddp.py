@@ -111,6 +111,10 @@ def run_rank(torch, dist, timings, args, spec):
         else None,
         "torch_device_count": torch_count, "smi_count": smi_count(args),
         "expect_gpus": args.expect_gpus,
+        # A GPU mask in the ranks' environment (ssh session, image env, --env): device_count
+        # names it when torch sees fewer GPUs than nvidia-smi.
+        "visible_env": {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES",
+                                                   "NVIDIA_VISIBLE_DEVICES") if k in os.environ},
     }
     timeout = datetime.timedelta(seconds=args.pg_timeout)
 

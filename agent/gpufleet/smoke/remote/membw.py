@@ -1,9 +1,11 @@
 """Per-rank device memory bandwidth: a large same-device copy, timed (full level only).
 
-`dst.copy_(src)` reads and writes every byte once, so GB/s = 2 * bytes / seconds (the convention
-of STREAM's copy kernel and of nvbandwidth's device-local copy). On a GPU rank it measures HBM;
-on a CPU rank host memory, which is only recorded. No pass/fail threshold yet: the aggregate
-reports each rank's GB/s and the world's min and median, and expectations come later.
+`dst.copy_(src)` reads and writes every byte once; GB/s counts the bytes copied once
+(bytes / seconds), as NVIDIA nvbandwidth's device_local_copy does (2080.9 GB/s on an H200, where
+torch's copy counting read + write gave 4271.6: REFERENCE.md 2026-12-01), so ours and the anchor
+compare directly. STREAM's copy counts both sides: halve a STREAM figure before comparing.
+On a GPU rank it measures HBM; on a CPU rank host memory, which is only recorded. Judged on the
+controller against the SKU catalog (gpufleet/sku: hbm_gbps), not here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import statistics
 
 from . import progress as pg
 from .checks import timed
+from .deep import device_identity
 
 GPU_BYTES = 1 << 30  # 1 GiB per buffer: far past every GPU's L2, a few ms per copy on HBM3
 CPU_BYTES = 64 << 20  # past the last-level cache, cheap enough for CI's gloo ranks
@@ -34,8 +37,10 @@ def rank_membw(c):
     del src, dst
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    return {"passed": True, "device": str(dev), "bytes": size, "reps": reps, "seconds": secs,
-            "gbps": 2.0 * size * reps / secs / 1e9 if secs > 0 else None,
+    uuid = device_identity(torch, dev).get("uuid") if dev.type == "cuda" else None
+    return {"passed": True, "device": str(dev), "uuid": uuid, "bytes": size, "reps": reps,
+            "seconds": secs,
+            "gbps": size * reps / secs / 1e9 if secs > 0 else None, "counted": "one side",
             "host_memory": dev.type != "cuda", "rank": pg.RANK}
 
 

@@ -56,13 +56,17 @@ def _device_count(ranks):
         per_host.setdefault(i["host"], {"torch": i["torch_device_count"],
                                         "nvidia_smi": i["smi_count"],
                                         "expected": i["expect_gpus"],
-                                        "ranks": i["local_world_size"]})
+                                        "ranks": i["local_world_size"],
+                                        "visible_env": i.get("visible_env") or {}})
     for host, h in sorted(per_host.items()):
         if h["nvidia_smi"] is None:
             problems.append("%s: nvidia-smi could not be read" % host)
         elif h["torch"] != h["nvidia_smi"]:
-            problems.append("%s: torch sees %d GPU(s), nvidia-smi lists %d"
-                            % (host, h["torch"], h["nvidia_smi"]))
+            mask = "".join(" (%s=%s in the ranks' environment: from the ssh session, the "
+                           "image's env or the run's env; unset it there)" % kv
+                           for kv in sorted(h["visible_env"].items()))
+            problems.append("%s: torch sees %d GPU(s), nvidia-smi lists %d%s"
+                            % (host, h["torch"], h["nvidia_smi"], mask))
         if h["expected"] is not None and h["nvidia_smi"] != h["expected"]:
             problems.append("%s: inventory expects %d GPU(s), nvidia-smi lists %s"
                             % (host, h["expected"], h["nvidia_smi"]))
