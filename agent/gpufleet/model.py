@@ -234,6 +234,9 @@ class XidEvent:
     timestamp: str | None  # as the kernel log gave it (ISO if known, else "[  12.34]")
     bus_id: str | None
     message: str
+    # True: from the kernel ring buffer (dmesg), which holds this boot only; None: journald,
+    # which may span boots
+    this_boot: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,15 @@ class PciFunction:
     address: str  # "0000:18:00.0" (domain:bus:device.function)
     class_code: str  # "0x030200" (3D controller) | "0x030000" (VGA compatible)
     device_id: str | None = None  # "0x2335"
+
+
+@dataclass(frozen=True)
+class GpuRecovery:
+    """The driver's recovery action for one GPU (`nvidia-smi -q` "GPU Recovery Action")."""
+
+    bus_id: str  # nvidia-smi's "00000000:18:00.0"
+    action: str  # NVML's name, lower case: none | gpu_reset | node_reboot | drain_p2p | …
+    raw: str  # as nvidia-smi printed it ("Reset")
 
 
 @dataclass(frozen=True)
@@ -313,6 +325,8 @@ class Facts:
     pci_gpus: tuple[PciFunction, ...] | None = None
     # RDMA ports and their rates (sysfs); () = no RDMA device, None = not read
     ib_ports: tuple[IbPort, ...] | None = None
+    # The driver's recovery action per GPU; None = not read (no `-q`, or a driver without it)
+    gpu_recovery: tuple[GpuRecovery, ...] | None = None
 
     @property
     def gpu_count(self) -> int:

@@ -243,3 +243,72 @@ def test_breaker_drains_at_most_half_of_the_partition(cluster: slurmlib.Cluster)
             cluster.set_profile(node, "h200x2")
     _until("all resumed", lambda: all(cluster.states()[n] == ("idle", "none")
                                       for n in GPU_NODES), cluster)
+
+
+def test_a_gpu_that_fell_off_the_bus_days_ago_still_drains(cluster: slurmlib.Cluster) -> None:
+    """Issue 26's node: Xid 79 two days old in this boot's kernel log, 7 of 8 GPUs enumerated,
+    no expected count. It passed and stayed in service before: the Xid was "outside the 24 h
+    window". Now the lasting Xid is current and the node tells the lost GPU from its PCI bus."""
+    cluster.set_profile("node3", "xid79-lost")
+    try:
+        _until("node3 drained by gpufleet",
+               lambda: cluster.states()["node3"][1].startswith("gpufleet: GF4"), cluster)
+        state, reason = cluster.states()["node3"]
+        assert "drain" in state
+        assert reason.startswith("gpufleet: GF405 node3: Xid 79 on 00000000:AB:00.0"), reason
+        _runs_after(cluster, "node3", time.time())
+        r = _report(cluster, "node3")
+        assert r is not None
+        by_rule = {f["rule"]: f for f in r[1]["findings"]}
+        xid = by_rule["GF405"]["evidence"]
+        assert xid["lasting"] and not xid["recent"] and xid["this_boot"]
+        assert xid["decided_by"] == "NVIDIA Xid catalog" and xid["bucket"] == "RESTART_BM"
+        assert "analyzing-xid-catalog" in xid["source"]
+        lost = by_rule["GF421"]["evidence"]
+        assert (lost["pci"], lost["enumerated"], lost["missing"]) == (8, 7, ["0000:ab:00.0"])
+        assert lost["xids"] == {"0000:ab:00.0": [79]}
+    finally:
+        cluster.set_profile("node3", "h200x2")
+    _until("node3 resumed", lambda: cluster.states()["node3"] == ("idle", "none"), cluster)
+
+
+def test_breaker_keeps_an_admins_comment_written_while_it_claims(
+        cluster: slurmlib.Cluster) -> None:
+    """Security review F23: an admin's Comment written during the breaker's claim window (the
+    settle time before a drain) survives; only the claim token is taken out."""
+    def comment() -> str:
+        out = cluster.run(["sinfo", "-h", "-N", "-n", "node4", "-O", "NodeList:|,Comment:"])
+        return out.stdout.split("|", 1)[-1].strip()
+
+    cluster.set_profile("node4", FAULT)
+    try:
+        _until("node4 claims before draining", lambda: "gpufleet-claim:" in comment(), cluster)
+        claim = comment()
+        res = cluster.run(["scontrol", "update", "NodeName=node4",
+                           f"Comment=RMA ticket 4711 {claim}"])
+        assert res.returncode == 0, res.stderr
+        _until("node4 drained by gpufleet",
+               lambda: cluster.states()["node4"][1].startswith("gpufleet: GF402"), cluster)
+        _until("node4's claim cleared", lambda: "gpufleet-claim" not in comment(), cluster)
+        assert comment() == "RMA ticket 4711"
+    finally:
+        cluster.set_profile("node4", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node4", "Comment="])
+    _until("node4 resumed", lambda: cluster.states()["node4"] == ("idle", "none"), cluster)
+
+
+def test_drain_reason_is_redacted_like_the_report(cluster: slurmlib.Cluster) -> None:
+    """Security review F11: a secret in the worst finding's message (here host output in an
+    Xid line) never becomes the node's Reason, which every cluster user can read."""
+    cluster.set_profile("node2", "xid-leaky")
+    try:
+        _until("node2 drained by gpufleet",
+               lambda: cluster.states()["node2"][1].startswith("gpufleet: GF4"), cluster)
+        reason = cluster.states()["node2"][1]
+        assert "Zx9-s3cr3t" not in reason and "hf_abcdefghijklmnop" not in reason, reason
+        assert "https://***@" in reason and "HF_TOKEN=***" in reason, reason
+        shown = cluster.run(["scontrol", "show", "node", "node2"]).stdout
+        assert "Zx9-s3cr3t" not in shown
+    finally:
+        cluster.set_profile("node2", "h200x2")
+    _until("node2 resumed", lambda: cluster.states()["node2"] == ("idle", "none"), cluster)

@@ -15,9 +15,11 @@ from gpufleet.model import (
     DriverInfo,
     FabricInfo,
     GpuNvLinks,
+    GpuRecovery,
     ImageInfo,
     NvLink,
     OsInfo,
+    PciFunction,
     RankInfo,
     Report,
     SmokeCheck,
@@ -124,6 +126,11 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
         gpu(0), gpu(1, remapped_rows_failed=True))}}}), "gpu02"),
     "GF405": (lambda: fleet({"gpu02": {"facts": {"xid_events": (XidEvent(
         79, "[ 1234.5]", "0000:00:07.0", "GPU has fallen off the bus."),)}}}), "gpu02"),
+    "GF420": (lambda: fleet({"gpu02": {"facts": {"gpu_recovery": (
+        GpuRecovery("00000000:00:07.0", "gpu_reset", "Reset"),)}}}), "gpu02"),
+    "GF421": (lambda: fleet({"gpu02": {"facts": {"pci_gpus": (
+        PciFunction("0000:00:06.0", "0x030200"), PciFunction("0000:00:07.0", "0x030200"),
+        PciFunction("0000:00:08.0", "0x030200"))}}}), "gpu02"),
     "GF406": (lambda: fleet({"gpu02": {"facts": {"xid_events": (XidEvent(
         13, "2026-11-30T11:00:00+00:00", "0000:00:07.0", "Graphics Exception"),)}}}), "gpu02"),
     "GF407": (lambda: fleet({"gpu02": {"facts": {"gpus": (

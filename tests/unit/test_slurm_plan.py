@@ -55,11 +55,23 @@ def test_drain_reason_names_the_worst_rule_and_is_one_clean_line() -> None:
                 _err(message="GPU 1\n\x1b[31mbad\x1b[0m  " + "x" * 400), _err("GF403", "remap")]
     reason = drain_reason(findings, "error")
     assert reason is not None
-    assert reason.startswith("gpufleet: GF402 GPU 1 [31mbad [0m xxx")
+    assert reason.startswith("gpufleet: GF402 GPU 1 bad xxx")  # escapes gone whole
     assert reason.endswith("... (+1 more)") and len(reason) <= 200
     assert all(" " <= c <= "~" for c in reason)
     assert drain_reason(findings[:1], "error") is None
     assert drain_reason(findings[:1], "warning") == "gpufleet: GF409 persistence off"
+
+
+def test_drain_reason_redacts_secrets_before_slurm_shows_them_to_every_user() -> None:
+    """Security review F11: `sinfo -R` is world-readable; the reason must be as redacted as the
+    report."""
+    secret = _err("GF601", "node1: smoke error: https://svc:Zx9-s3cr3t@registry.example/v2 "
+                  "HF_TOKEN=hf_abcdefghijklmnopqrstuvwx")
+    reason = drain_reason([secret], "error")
+    assert reason is not None
+    assert "Zx9-s3cr3t" not in reason and "hf_abcdefghijklmnopqrstuvwx" not in reason
+    assert reason == "gpufleet: GF601 node1: smoke error: https://***@registry.example/v2 " \
+        "HF_TOKEN=***"
 
 
 def test_breaker_limit_is_a_share_with_a_floor_of_one() -> None:
@@ -183,6 +195,23 @@ def test_apply_claims_waits_and_trips_when_earlier_claims_fill_the_budget() -> N
     assert not any("State=DRAIN" in c for c in fake.calls)  # never drained, not even briefly
     assert fake.calls[-1] == ["scontrol", "update", "NodeName=node3", "Comment=rack 7"]
     assert fake.nodes["node3"].state == "idle"
+
+
+def test_an_admins_comment_written_during_the_claim_window_is_kept() -> None:
+    """Security review F23: the breaker takes out only its own claim, from the Comment as it
+    is after the window, instead of writing back the copy it read before claiming."""
+    fake = Recorder(_cluster())
+
+    def admin_edits(_: float) -> None:  # an admin annotates the node while it settles
+        claim = fake.nodes["node1"].comment
+        fake.nodes["node1"] = dataclasses.replace(fake.nodes["node1"],
+                                                  comment=f"RMA ticket 4711 {claim}")
+
+    p = SlurmNode("node1", runner=fake, sleep=admin_edits).apply(
+        "gpufleet: GF402 x", share=0.5, window_s=3600)
+    assert p.action == "drain", p
+    assert fake.nodes["node1"].comment == "RMA ticket 4711"
+    assert fake.calls[-1] == ["scontrol", "update", "NodeName=node1", "Comment=RMA ticket 4711"]
 
 
 def test_a_drain_landing_between_the_two_reads_is_still_seen() -> None:

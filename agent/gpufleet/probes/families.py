@@ -17,6 +17,7 @@ from gpufleet.probes import (
     nccl,
     pci,
     processes,
+    recovery,
     system,
 )
 from gpufleet.probes import topology as topo
@@ -40,6 +41,7 @@ FAMILIES: tuple[Family, ...] = (
     nccl.NCCL_CONFIG,
     pci.PCI_GPUS,
     ib.IB_PORTS,
+    recovery.GPU_RECOVERY,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

@@ -219,14 +219,24 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF404", "error", "row remapping failed",
              "RMA GPU {gpu} of {host}: it has no spare rows left",
              meaning="Row remapping failed: the GPU has no spare rows left."),
-    RuleInfo("GF405", "error", "critical XID in the time window",
+    RuleInfo("GF405", "error", "Xid that needs a reset, reboot or inspection, still current",
              "{hint} ({host})",
-             meaning="A critical XID (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, "
-                     "92, 119, 120; Azure health checks/DCGM) within the last 24 h; uptime-stamped"
-                     " dmesg lines count as this boot, hence inside the window."),
-    RuleInfo("GF406", "info", "XID event (not critical, or outside the window)",
-             "look it up in NVIDIA's XID catalogue; act if it repeats on {host}",
-             meaning="Any other XID, or a critical one older than the window."),
+             meaning="An Xid whose action, by NVIDIA's Xid catalog (immediate resolution bucket; "
+                     "`agent/gpufleet/rules/xid_catalog.json`), is a GPU reset, a reboot "
+                     "(**error**) or an inspection (**warning**), and that is still current: "
+                     "inside the last 24 h (uptime-stamped dmesg lines are this boot), or of any "
+                     "age when its effect lasts until a reset or reboot and it is in this boot's "
+                     "kernel ring buffer (fell off the bus two days ago and nobody rebooted). "
+                     "Where the driver reports the GPU's recovery action (`nvidia-smi -q`) it "
+                     "decides instead, whatever the Xid's age: `gpu_reset`, `node_reboot` make "
+                     "the Xid current, `none` clears it (GF406). Evidence `decided_by` and "
+                     "`source` name which one decided."),
+    RuleInfo("GF406", "info", "Xid event (the application's, cleared, or outside the window)",
+             "look it up in NVIDIA's Xid catalog (evidence `investigatory`); act if it repeats "
+             "on {host} (GF430 counts repeats)",
+             meaning="Any other Xid: one NVIDIA's catalog leaves to the application (restart "
+                     "it) or ignores, one on a GPU whose driver reports recovery action None "
+                     "now, or one outside the window that does not last."),
     RuleInfo("GF407", "warning", "PCIe link below its maximum",
              "reseat GPU {gpu} / its riser on {host} and check the BIOS PCIe settings; "
              "re-read under load with `nvidia-smi -q -d PCIE -i {gpu}`",
@@ -272,6 +282,25 @@ _RULES: tuple[RuleInfo, ...] = (
              meaning="`nvidia-smi` reports ECC mode `Disabled` on a GPU that has ECC memory: "
                      "memory errors go undetected and uncorrected (GF402-GF404 cannot see them). "
                      "GPUs without ECC report `N/A` and are not judged."),
+    RuleInfo("GF420", "error", "the driver asks for a GPU recovery action",
+             "{fix} (GPU {gpu} of {host})",
+             meaning="`nvidia-smi -q` \"GPU Recovery Action\" (NVML/DCGM field 1523) is not "
+                     "`None`: the driver itself says the GPU needs a reset (`gpu_reset`, "
+                     "`drain_and_reset`: **error**), a node reboot (`node_reboot`: **error**) or "
+                     "its peer-to-peer traffic drained (`drain_p2p`: **warning**), and no Xid "
+                     "on that GPU is in the kernel log (with one, GF405 reports the Xid with "
+                     "the driver's verdict). Source: "
+                     "docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/"
+                     "error-recovery-and-response-flags.html.",
+             doc_fill={"fix": "the fix for the action (reset: `nvidia-smi -r -i GPU` after "
+                              "draining; reboot: reboot the node)"}),
+    RuleInfo("GF421", "error", "a GPU on the PCI bus is not enumerated by the driver",
+             "drain {host}; the GPU at {bus} fell off the bus or failed to initialise: reboot "
+             "(playbooks/remediate_reboot.yml), then reseat or RMA it if it stays missing",
+             meaning="sysfs lists more NVIDIA display/3D controllers (`pci_gpus`) than "
+                     "`nvidia-smi` enumerates: the node lost a GPU, told from its own evidence "
+                     "(no expected count needed). The evidence names the missing addresses and "
+                     "this boot's Xids on them."),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "

@@ -123,6 +123,8 @@ class Profile:
     proc_version: str | None = None
     etc: dict[str, str] = field(default_factory=dict)  # files the fleet overlays on /etc
     setenv: dict[str, str] = field(default_factory=dict)  # the ssh session's environment
+    # NVIDIA 3D controllers on the simulated PCI bus (sysfs), by address; () = no sysfs tree
+    pci: tuple[str, ...] = ()
 
     def tool(self, tool: str, *lines: str) -> None:
         self.index[tool] = list(lines)
@@ -449,6 +451,9 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
     p = replace(start, name=path.stem, about=str(data["about"]), files=dict(start.files),
                 index={k: list(v) for k, v in start.index.items()}, links=dict(start.links),
                 etc=dict(data.get("etc", {})), setenv=dict(data.get("setenv", {})))
+    if "pci" in data:  # physical GPUs on the bus, whether or not the driver enumerates them
+        buses = HGX_BUSES if base_name == "h200x8" or "gpus" in data else ("06", "07")
+        p = replace(p, pci=tuple(f"0000:{buses[int(g)].lower()}:00.0" for g in data["pci"]))
     for e in data.get("edit", []):
         _edit(p, e)
     return p
@@ -488,6 +493,13 @@ def write(p: Profile, root: Path) -> None:
         (base / "etc").mkdir()
         for name, text in sorted(p.etc.items()):
             (base / "etc" / name).write_text(text)
+    for address in p.pci:
+        # The sysfs ABI's format (drivers/pci/pci-sysfs.c: "0x%04x\n", class "0x%06x\n");
+        # device 0x2335: the capture's H200 (nvidia-smi -q "Device Id : 0x233510DE").
+        dev = base / "sys_bus_pci_devices" / address
+        dev.mkdir(parents=True)
+        for attr, value in (("vendor", "0x10de"), ("class", "0x030200"), ("device", "0x2335")):
+            (dev / attr).write_text(value + "\n")
     if p.setenv:
         (base / "sshd_setenv").write_text("".join(f"{k}={v}\n" for k, v in sorted(p.setenv.items())))
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpufleet import redact
 from gpufleet.model import SEVERITY_ORDER, Finding
 
 REASON_PREFIX = "gpufleet:"
@@ -127,13 +128,16 @@ def _timestamp(text: str) -> dt.datetime | None:
 def drain_reason(findings: Sequence[Finding], fail_on: str) -> str | None:
     """`gpufleet: GF402 message (+N more)` for the worst finding at or above fail_on, else None.
 
-    The message came from the host: only printable ASCII survives, on one line, bounded.
+    The message came from the host: secrets are redacted first (every cluster user can read a
+    Reason with `sinfo -R`; the report redacts the same text), then only printable ASCII
+    survives, on one line, bounded.
     """
     bad = [f for f in findings if SEVERITY_ORDER[f.severity] >= SEVERITY_ORDER[fail_on]]
     if not bad:
         return None
     worst = sorted(bad, key=lambda f: (-SEVERITY_ORDER[f.severity], f.rule))[0]
-    text = re.sub(r"[^\x20-\x7e]+", " ", f"{REASON_PREFIX} {worst.rule} {worst.message}")
+    message = redact.text(worst.message)
+    text = re.sub(r"[^\x20-\x7e]+", " ", f"{REASON_PREFIX} {worst.rule} {message}")
     text = re.sub(r"\s+", " ", text).strip()
     more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
     if len(text) + len(more) > REASON_MAX:
@@ -305,7 +309,8 @@ class SlurmNode:
             return Plan("error", self.node, reason=reason, detail=str(exc))
 
     def _claim_and_drain(self, reason: str, *, share: float, window_s: float) -> Plan:
-        # The claim goes next to whatever Comment an admin left, which is put back afterwards.
+        # The claim goes next to whatever Comment an admin left. Afterwards only the claim is
+        # taken out of the Comment as it is *then*: an admin may have edited it meanwhile.
         mine = self.nodes(claims=True).get(self.node)
         original = _CLAIM.sub("", mine.comment if mine else "").strip()
         try:
@@ -327,7 +332,16 @@ class SlurmNode:
             return dataclasses.replace(second, reason=reason,
                                        detail=f"drained {self.node}: {reason}")
         finally:
-            self._update(f"Comment={original}")
+            self._unclaim(original)
+
+    def _unclaim(self, original: str) -> None:
+        """Strip this node's claim token from its Comment as Slurm holds it now (F23)."""
+        try:
+            mine = self.nodes(claims=True).get(self.node)
+            now = mine.comment if mine is not None else original
+        except SlurmError:
+            now = original  # cannot read it back: put back what was there before the claim
+        self._update("Comment=" + re.sub(r"\s{2,}", " ", _CLAIM.sub("", now)).strip())
 
 
 def plan_evidence(p: Plan) -> dict[str, object]:
