@@ -122,6 +122,7 @@ def test_every_named_profile_exists() -> None:
         "xid79-lost",
         "xid13-burst",
         "xid-leaky",
+        "xid79-repeat",
     }
 
 

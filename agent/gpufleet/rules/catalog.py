@@ -301,6 +301,27 @@ _RULES: tuple[RuleInfo, ...] = (
                      "`nvidia-smi` enumerates: the node lost a GPU, told from its own evidence "
                      "(no expected count needed). The evidence names the missing addresses and "
                      "this boot's Xids on them."),
+    RuleInfo("GF430", "error", "the same Xid on the same GPU, again and again",
+             "drain {host} and open a case with NVIDIA for the GPU at {bus}: collect "
+             "`nvidia-bug-report.sh` (playbooks/remediate_rma_bundle.yml); a reset will not fix "
+             "what keeps coming back",
+             meaning="Over this run and the saved runs (`--save DIR`): an Xid that needs more "
+                     "than an application restart logged on one GPU at least 5 times within "
+                     "24 h (NVIDIA NVSentinel's RepeatedXIDErrorOnSameGPU: CONTACT_SUPPORT). Each "
+                     "kernel log line counts once however many runs show it."),
+    RuleInfo("GF431", "warning", "Xid 13 on the same GPC/TPC, or Xid 31 on the same GPU, repeats",
+             "drain {host} and run the deep diagnostic on the GPU at {bus}: `dcgmi diag -r 3` "
+             "(or `gpufleet check --level full -l {host}`); RMA it if the unit fails again",
+             meaning="Xid 13 (graphics exception) on the same GPC and TPC, or Xid 31 (page fault) "
+                     "on the same GPU, at least twice within 24 h: a job's bug moves around, a "
+                     "bad SM does not (NVSentinel RepeatedXID13OnSameGPCAndTPC and "
+                     "RepeatedXID31OnSameGPU: RUN_DCGMEUD)."),
+    RuleInfo("GF432", "error", "the GPU still asks for a reboot after the reboot limit",
+             "stop rebooting {host}: drain it, collect the RMA bundle "
+             "(playbooks/remediate_rma_bundle.yml) and send the GPU at {bus} for inspection/RMA",
+             meaning="Over this run and the saved runs: a GPU logged Xids whose catalog action "
+                     "is a reboot more than 2 times within 7 days (each distinct event is one "
+                     "time it asked; gpud's DefaultRebootThreshold = 2: HARDWARE_INSPECTION)."),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "
