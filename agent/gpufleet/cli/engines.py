@@ -18,6 +18,7 @@ from gpufleet.engines.ansible import (
     report_from_results,
 )
 from gpufleet.engines.slurm.nodecheck import node_name, run_node_check, slurm_findings
+from gpufleet.history.store import RunStore, StoreError
 from gpufleet.inventory import ExpectError, load_expectations, node_spec
 from gpufleet.report import document, exit_code
 from gpufleet.report.pipeline import amend, summarized
@@ -55,6 +56,9 @@ def add_node_check(sub: Any) -> None:
                    help="seconds for the smoke test at --level quick (default 300)")
     p.add_argument("--force", action="store_true",
                    help="run the smoke test even where GPUs are busy")
+    p.add_argument("--history", type=Path, metavar="DIR",
+                   help="node-local run store: save each run there and escalate Xids over it "
+                        "(GF430-GF432: repeats, the reboot limit) before draining")
     p.set_defaults(run=cmd_node_check)
 
 
@@ -80,6 +84,10 @@ def cmd_node_check(args: argparse.Namespace) -> int:
     report = run_node_check(spec, level=args.level, timeout=args.timeout,
                             smoke_timeout=args.smoke_timeout, force=args.force,
                             generated_at=options.now())
+    if args.history is not None:  # before the drain: an escalation may be the worst finding
+        from gpufleet.cli.saved import with_history  # noqa: PLC0415  (saved imports this module)
+
+        report, _ = with_history(report, args.history)
     if args.slurm_drain:
         # slurmd kills a health check after 60 s with SIGTERM: unwind (clear a pending breaker
         # claim in Slurm) instead of dying in the middle.
@@ -89,7 +97,13 @@ def cmd_node_check(args: argparse.Namespace) -> int:
         report = amend(report, extra)
     else:
         report = summarized(report)
-    Output(args.output).render(document(report), args.format)
+    doc = document(report)
+    if args.history is not None:
+        try:
+            RunStore(args.history).save(doc)
+        except StoreError as exc:
+            raise UsageError(f"cannot save the run: {exc}") from exc
+    Output(args.output).render(doc, args.format)
     return exit_code(report.findings, args.fail_on)
 
 

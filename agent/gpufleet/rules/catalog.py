@@ -296,14 +296,15 @@ _RULES: tuple[RuleInfo, ...] = (
                               "draining; reboot: reboot the node)"}),
     RuleInfo("GF421", "error", "a GPU on the PCI bus is not enumerated by the driver",
              "drain {host}; the GPU at {bus} fell off the bus or failed to initialise: reboot "
-             "(playbooks/remediate_reboot.yml), then reseat or RMA it if it stays missing",
+             "(`ansible {host} -b -m ansible.builtin.reboot`), then reseat or RMA it if it stays "
+             "missing",
              meaning="sysfs lists more NVIDIA display/3D controllers (`pci_gpus`) than "
                      "`nvidia-smi` enumerates: the node lost a GPU, told from its own evidence "
                      "(no expected count needed). The evidence names the missing addresses and "
                      "this boot's Xids on them."),
     RuleInfo("GF430", "error", "the same Xid on the same GPU, again and again",
              "drain {host} and open a case with NVIDIA for the GPU at {bus}: collect "
-             "`nvidia-bug-report.sh` (playbooks/remediate_rma_bundle.yml); a reset will not fix "
+             "`nvidia-bug-report.sh` on it; a reset will not fix "
              "what keeps coming back",
              meaning="Over this run and the saved runs (`--save DIR`): an Xid that needs more "
                      "than an application restart logged on one GPU at least 5 times within "
@@ -317,8 +318,8 @@ _RULES: tuple[RuleInfo, ...] = (
                      "bad SM does not (NVSentinel RepeatedXID13OnSameGPCAndTPC and "
                      "RepeatedXID31OnSameGPU: RUN_DCGMEUD)."),
     RuleInfo("GF432", "error", "the GPU still asks for a reboot after the reboot limit",
-             "stop rebooting {host}: drain it, collect the RMA bundle "
-             "(playbooks/remediate_rma_bundle.yml) and send the GPU at {bus} for inspection/RMA",
+             "stop rebooting {host}: drain it, collect `nvidia-bug-report.sh` and send the GPU "
+             "at {bus} for inspection/RMA",
              meaning="Over this run and the saved runs: a GPU logged Xids whose catalog action "
                      "is a reboot more than 2 times within 7 days (each distinct event is one "
                      "time it asked; gpud's DefaultRebootThreshold = 2: HARDWARE_INSPECTION)."),

@@ -70,9 +70,10 @@ NEED_SEVERITY: Mapping[Need, Literal["error", "warning", "info"]] = {
 NEED_FIX: Mapping[Need, str] = {
     "none": "nothing to do",
     "app": "restart the application; act only if it repeats on this GPU",
-    "reset": "drain the node, stop the GPU's processes and reset it (`nvidia-smi -r -i GPU`; "
-             "playbooks/remediate_gpu_reset.yml)",
-    "reboot": "drain the node and reboot it (playbooks/remediate_reboot.yml)",
+    "reset": "drain the node and reset the GPU: `ansible-playbook "
+             "playbooks/remediate_gpu_reset.yml -l NODE -e remediate_gpu=GPU` (checks it is "
+             "idle, then `nvidia-smi -r -i GPU`)",
+    "reboot": "drain the node and reboot it (`ansible NODE -b -m ansible.builtin.reboot`)",
     "inspect": "drain the node and inspect it; collect `nvidia-bug-report.sh` for NVIDIA",
     "unknown": "look the code up in NVIDIA's Xid catalog",
 }

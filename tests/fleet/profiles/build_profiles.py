@@ -56,7 +56,11 @@ REPLAY = r"""#!/bin/sh
 # ("-" = nothing; in *.tmpl files @DATA@ becomes this directory and @REPO@ the last
 # argument without its :tag), then exit RC.
 # RC "hang" sleeps until killed; RC "real" runs the host's own TOOL instead.
+# RC "reset" answers like a GPU reset and records it: from then on lines with RC "ifreset:N"
+# apply (the host's answers after the reset), skipped before. The record lives in the host's
+# own /proc/driver tmpfs (one per simulated host, new on every profile switch).
 data=$(cd "$(dirname "$0")" && pwd)
+state=${GPUFLEET_SIM_STATE:-/proc/driver/gpufleet-sim}
 tool=$1
 shift
 args="$*"
@@ -84,6 +88,12 @@ show() {
 if [ -r "$data/$tool.index" ]; then
     while read -r rc out err pattern; do
         case $rc in '' | '#'*) continue ;; esac
+        case $rc in
+            ifreset:*)
+                [ -e "$state/reset" ] || continue
+                rc=${rc#ifreset:}
+                ;;
+        esac
         # shellcheck disable=SC2254  # the pattern is meant to glob
         case $args in
             $pattern)
@@ -91,6 +101,11 @@ if [ -r "$data/$tool.index" ]; then
                 show "$err" >&2
                 case $rc in
                     hang) exec sleep 2147483647 ;;
+                    reset)
+                        mkdir -p "$state" && : >"$state/reset" && exit 0
+                        echo "$tool (simulated): cannot record the reset in $state" >&2
+                        exit 2
+                        ;;
                     real)
                         for dir in /usr/sbin /usr/bin /sbin /bin; do
                             [ -x "$dir/$tool" ] && exec "$dir/$tool" "$@"
@@ -456,7 +471,35 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
         p = replace(p, pci=tuple(f"0000:{buses[int(g)].lower()}:00.0" for g in data["pci"]))
     for e in data.get("edit", []):
         _edit(p, e)
+    if data.get("reset") == "heals":
+        p = heal_on_reset(p, start)
     return p
+
+
+def heal_on_reset(p: Profile, healthy: Profile) -> Profile:
+    """`nvidia-smi -r -i N` answers as nvidia-smi does and, from then on, nvidia-smi answers as
+    `healthy` (the base: what the GPU reports once the reset cleared the fault).
+
+    Output line: "GPU 00000000:14:00.0  was successfully reset." (a public capture of
+    `nvidia-smi -r` on an 8-GPU host, two spaces as printed); one line for the reset GPU.
+    """
+    files, index = dict(p.files), {k: list(v) for k, v in p.index.items()}
+    _head, blocks = q_blocks(healthy.files["q.txt"])
+    resets = []
+    for n, block in enumerate(blocks):
+        bus = block.split()[1]
+        files[f"reset-{n}.txt"] = f"GPU {bus}  was successfully reset.\n"
+        resets += [f"reset reset-{n}.txt - -r -i {n}", f"reset reset-{n}.txt - -i {n} -r",
+                   f"reset reset-{n}.txt - --gpu-reset -i {n}"]
+    healed = []
+    for line in healthy.index["nvidia-smi"]:
+        rc, out, err, pattern = [*line.split(" ", 3), ""][:4]
+        if out != "-":
+            files[f"healed-{out}"] = healthy.files[out]
+            out = f"healed-{out}"
+        healed.append(f"ifreset:{rc} {out} {err} {pattern}")
+    index["nvidia-smi"] = resets + healed + index["nvidia-smi"]
+    return replace(p, files=files, index=index)
 
 
 def profiles() -> list[Profile]:
