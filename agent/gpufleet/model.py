@@ -63,6 +63,10 @@ class Expectations:
     domain: str | None = None  # gpufleet_domain (rack, pod: localize's first-level groups)
     multinode_min_busbw_gbps: float | None = None  # gpufleet_multinode_min_busbw_gbps
     slurm_node: str | None = None  # gpufleet_slurm_node (Slurm NodeName, for drain lines)
+    # Xid escalation limits (rules/escalation.py; None: the sourced defaults there)
+    xid_repeat_limit: int | None = None  # gpufleet_xid_repeat_limit (same Xid, one GPU, 24 h)
+    xid13_31_limit: int | None = None  # gpufleet_xid13_31_limit (same GPC/TPC or GPU, 24 h)
+    xid_reboot_limit: int | None = None  # gpufleet_xid_reboot_limit (reboots in 7 days -> RMA)
     # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
     # pytorch_image_digest); None: the host declares no workspaces
     workspaces: Mapping[str, str | None] | None = None

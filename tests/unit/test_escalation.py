@@ -89,3 +89,19 @@ def test_five_fatal_xids_on_one_gpu_within_24_h(facts: dict[str, Facts]) -> None
     (rep,) = run(5)["GF430"]
     assert rep["xid"] == 48 and rep["count"] == 5 and rep["limit"] == 5
     assert "GF430" not in run(4)
+
+
+def test_limits_are_inventory_variables(facts: dict[str, Facts], tmp_path: Path) -> None:
+    """gpufleet_xid_reboot_limit (and the other two) per host, read as hostvars are."""
+    from gpufleet.inventory import spec_from_vars  # noqa: PLC0415
+    from gpufleet.rules.escalation import escalation_findings  # noqa: PLC0415
+
+    doc = _doc(facts["xid79-repeat"], "2026-11-30T12:00:00Z")
+    strict = {"gpu07": spec_from_vars("gpu07", {})}
+    lenient = {"gpu07": spec_from_vars("gpu07", {"gpufleet_xid_reboot_limit": 3,
+                                                 "gpufleet_xid13_31_limit": 9})}
+    assert [f.rule for f in escalation_findings(doc, [], lambda e: e, strict)] == ["GF432"]
+    assert escalation_findings(doc, [], lambda e: e, lenient) == []
+    burst = _doc(facts["xid13-burst"], "2026-11-30T12:00:00Z")
+    assert escalation_findings(burst, [], lambda e: e, lenient) == []
+    assert [f.rule for f in escalation_findings(burst, [], lambda e: e, strict)] == ["GF431"]

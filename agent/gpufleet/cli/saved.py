@@ -71,7 +71,8 @@ def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any
     try:
         entries = store.entries()
         report = amend(report, [*drift_findings(document(report), entries),
-                                *escalation_findings(document(report), entries, store.load)])
+                                *escalation_findings(document(report), entries, store.load,
+                                                     report.specs)])
         doc = document(report)
         doc["history"] = history_section(doc, entries, store.load)
     except StoreError as exc:

@@ -18,6 +18,7 @@ The default limits are published practice (docs/xid.md, "Escalation"):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from gpufleet.model import Finding
+from gpufleet.model import Expectations, Finding, HostSpec
 from gpufleet.rules import xid as xids
 from gpufleet.rules.base import finding
 
@@ -36,7 +37,8 @@ _GPC_TPC = re.compile(r"\(GPC (\d+), TPC (\d+)")
 
 @dataclass(frozen=True)
 class Limits:
-    """Escalation thresholds (defaults: module docstring; override per run on the CLI)."""
+    """Escalation thresholds (defaults: module docstring). The counts are inventory variables
+    (gpufleet_xid_repeat_limit, gpufleet_xid13_31_limit, gpufleet_xid_reboot_limit)."""
 
     repeat_count: int = 5
     repeat_hours: float = 24.0
@@ -88,9 +90,23 @@ def _within(evs: Sequence[_Seen], hours: float, now: datetime) -> list[_Seen]:
     return [e for e in evs if now - e.when <= timedelta(hours=hours)]
 
 
+def limits_for(expect: Expectations | None) -> Limits:
+    """A host's limits: its inventory variables (gpufleet_xid_*_limit) over the defaults."""
+    base = Limits()
+    if expect is None:
+        return base
+    return dataclasses.replace(
+        base, repeat_count=expect.xid_repeat_limit or base.repeat_count,
+        xid13_31_count=expect.xid13_31_limit or base.xid13_31_count,
+        reboot_limit=base.reboot_limit if expect.xid_reboot_limit is None
+        else expect.xid_reboot_limit)
+
+
 def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
-             limits: Limits = Limits()) -> list[Finding]:
-    """GF430-GF432 for the hosts of `current` (a report document) over it and `prior` runs."""
+             limits: Limits | Callable[[str], Limits] = Limits()) -> list[Finding]:
+    """GF430-GF432 for the hosts of `current` (a report document) over it and `prior` runs;
+    `limits` one for all hosts or per host name."""
+    per_host = limits if callable(limits) else (lambda _host: limits)
     now = _run_time(current)
     hosts = set(current.get("hosts") or {})
     by_gpu: dict[tuple[str, str], list[_Seen]] = defaultdict(list)
@@ -99,9 +115,10 @@ def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
             by_gpu[(e.host, e.bus)].append(e)
     out: list[Finding] = []
     for (host, bus), evs in sorted(by_gpu.items()):
-        out += _repeats(host, bus, evs, limits, now)
-        out += _gpc(host, bus, evs, limits, now)
-        out += _reboots(host, bus, evs, limits, now)
+        lim = per_host(host)
+        out += _repeats(host, bus, evs, lim, now)
+        out += _gpc(host, bus, evs, lim, now)
+        out += _reboots(host, bus, evs, lim, now)
     return out
 
 
@@ -174,10 +191,18 @@ def _reboots(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
 
 def escalation_findings(current: Mapping[str, Any], entries: Sequence[Mapping[str, Any]],
                         load: Callable[[Mapping[str, Any]], Mapping[str, Any]],
-                        limits: Limits = Limits()) -> list[Finding]:
-    """Over the run store: loads only the saved runs inside the longest window."""
+                        specs: Mapping[str, HostSpec] | None = None) -> list[Finding]:
+    """Over the run store (only the saved runs inside the longest window are loaded), each
+    host with the limits of its inventory variables (`specs`)."""
+    specs = specs or {}
+
+    def limits(host: str) -> Limits:
+        spec = specs.get(host)
+        return limits_for(spec.expect if spec is not None else None)
+
+    base = Limits()  # the windows are not per host
     horizon = _run_time(current) - timedelta(
-        hours=max(limits.repeat_hours, limits.xid13_31_hours, limits.reboot_days * 24))
+        hours=max(base.repeat_hours, base.xid13_31_hours, base.reboot_days * 24))
     prior = [load(e) for e in entries if _when(str(e.get("generated_at") or ""), horizon)
              >= horizon]
     return escalate(current, prior, limits)
