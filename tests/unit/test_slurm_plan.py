@@ -278,6 +278,11 @@ def test_apply_failure_is_a_plan_not_an_exception() -> None:
     ({**_cluster(), "node1": NodeState("node1", ("gpu",), "drained", "maintenance")}, None,
      "GF904"),
     ({}, None, "GF905"),
+    ({**_cluster(), "node1": NodeState("node1", ("gpu",), "drained", "gpufleet: RMA GF432 x",
+                                       NOW)}, None, "GF906"),
+    ({**_cluster(), "node1": NodeState("node1", ("gpu",), "drained",
+                                       "gpufleet: re-validating after GPU 1 reset", NOW)},
+     "gpufleet: GF402 x", "GF907"),
 ])  # fmt: skip
 def test_every_slurm_outcome_is_a_finding_with_a_filled_remediation(
         monkeypatch: pytest.MonkeyPatch, nodes: dict[str, NodeState], reason: str | None,
@@ -296,3 +301,53 @@ def test_every_slurm_outcome_is_a_finding_with_a_filled_remediation(
     assert rule in slurm_rules.RULES
     assert found[0].hosts == ("node1",) and found[0].message
     assert "?" not in found[0].remediation and "node1" in found[0].remediation
+
+
+def _node(reason: str, t: dt.datetime = NOW) -> dict[str, NodeState]:
+    return {**_cluster(), "node1": NodeState("node1", ("gpu",), "drained", reason, t)}
+
+
+def _step(nodes: dict[str, NodeState], reason: str | None,
+          now: dt.datetime = NOW) -> tuple[str, tuple[str, str]]:
+    p = plan("node1", nodes, reason, share=0.5, window_s=3600, now=now)
+    return p.action, p.lifecycle
+
+
+def test_an_rma_verdict_heads_the_drain_reason() -> None:
+    reason = drain_reason([_err("GF405", "node1: Xid 79 on 00000000:00:07.0"),
+                           _err("GF432", "node1: the GPU at 00000000:00:07.0 asked for a reboot "
+                                "3 times")], "error")
+    assert reason is not None and reason.startswith("gpufleet: RMA GF432 node1: the GPU at")
+    assert reason.endswith("(+1 more)")
+
+
+def test_lifecycle_steps() -> None:
+    """suspect -> drained -> remediating -> re-validating -> in service | drained again | rma."""
+    healthy, faulty, rma = None, "gpufleet: GF405 x", "gpufleet: RMA GF432 x"
+    assert _step(_cluster(), faulty) == ("drain", ("in service", "drained"))
+    assert _step(_cluster(), rma) == ("drain", ("in service", "rma"))
+    assert _step(_node(faulty), faulty) == ("keep", ("drained", "drained"))
+    assert _step(_node(faulty), rma) == ("relabel", ("drained", "rma"))
+    busy = _node("gpufleet: remediating GPU 1 reset")
+    assert _step(busy, healthy) == ("keep", ("remediating", "remediating"))  # left to the play
+    assert _step(busy, faulty) == ("keep", ("remediating", "remediating"))
+    later = NOW + dt.timedelta(hours=2)  # the play died: the health check takes the node back
+    assert _step(busy, healthy, later) == ("resume", ("remediating", "in service"))
+    assert _step(busy, faulty, later) == ("relabel", ("remediating", "drained"))
+    retest = _node("gpufleet: re-validating after GPU 1 reset")
+    assert _step(retest, healthy) == ("resume", ("re-validating", "in service"))
+    assert _step(retest, faulty) == ("relabel", ("re-validating", "drained"))
+    held = _node(rma)
+    assert _step(held, healthy) == ("rma", ("rma", "rma"))  # never resumed by gpufleet
+    assert _step(held, faulty) == ("rma", ("rma", "rma"))
+    admin = _node("maintenance: PSU swap")
+    assert _step(admin, faulty)[0] == "leave" and _step(admin, healthy)[0] == "leave"
+
+
+def test_relabel_rewrites_only_the_reason_of_a_node_already_out() -> None:
+    fake = Recorder(_node("gpufleet: re-validating after GPU 1 reset"))
+    p = SlurmNode("node1", runner=fake, sleep=lambda s: None).apply(
+        "gpufleet: GF405 still", share=0.5, window_s=3600)
+    assert p.action == "relabel"
+    assert fake.nodes["node1"].reason == "gpufleet: GF405 still"
+    assert not any(c[-1].startswith("Comment=") for c in fake.calls)  # no breaker claim

@@ -31,6 +31,9 @@ from gpufleet.rules import xid as xids
 from gpufleet.rules.base import finding
 
 RULES: tuple[str, ...] = ("GF430", "GF431", "GF432")
+# The hardware, not something another reset or reboot fixes: a node gpufleet drains for one of
+# these is held for RMA (engines/slurm/lifecycle.py) and never resumed by gpufleet.
+RMA_RULES: frozenset[str] = frozenset({"GF430", "GF432"})
 
 _GPC_TPC = re.compile(r"\(GPC (\d+), TPC (\d+)")
 
