@@ -312,3 +312,94 @@ def test_drain_reason_is_redacted_like_the_report(cluster: slurmlib.Cluster) -> 
     finally:
         cluster.set_profile("node2", "h200x2")
     _until("node2 resumed", lambda: cluster.states()["node2"] == ("idle", "none"), cluster)
+
+
+def _remediate(c: slurmlib.Cluster, node: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """playbooks/remediate_gpu_reset.yml on `node` itself (connection local inside its
+    namespaces: the same simulated nvidia-smi its health check reads)."""
+    home = c.root / "home"
+    home.mkdir(exist_ok=True)
+    return c.in_node(node, [
+        str(VENV_BIN / "ansible-playbook"), "-i", f"{node},", "-c", "local",
+        "-e", f"ansible_python_interpreter={sys.executable}", "-e", "ansible_become=false",
+        "-e", f"remediate_slurm_node={node}", "-e", f"remediate_slurm_conf={c.conf}", *extra,
+        str(REPO / "playbooks/remediate_gpu_reset.yml")],
+        env={"PATH": f"/usr/local/sbin:{VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
+             "HOME": str(home), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+             "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(home / ".ansible-tmp")},
+        timeout=180)
+
+
+def test_break_fix_loop_drain_reset_retest_resume(cluster: slurmlib.Cluster) -> None:
+    """suspect -> drained -> remediating -> re-validating -> resumed: the driver asks for a
+    reset of GPU 1 (Xid 94), the remediation playbook resets that GPU only, the next health
+    check re-tests the node and resumes it. Every step is in the reports' GF90x evidence."""
+    cluster.set_profile("node3", "recovery-reset")
+    try:
+        _until("node3 drained for the reset",
+               lambda: cluster.states()["node3"][1].startswith("gpufleet: GF405"), cluster)
+        assert "Xid 94" in cluster.states()["node3"][1]
+        play = _remediate(cluster, "node3", "-e", "remediate_gpu=1")
+        assert play.returncode == 0, play.stdout[-3000:] + play.stderr[-1000:]
+        assert "GPU 1 reset; recovery action None" in play.stdout
+        seen: set[str] = set()
+
+        def resumed() -> bool:
+            r = _report(cluster, "node3")
+            for f in (r[1]["findings"] if r else []):
+                if f["rule"].startswith("GF90"):
+                    seen.add(f"{f['rule']} {f['evidence']['lifecycle']['from']}->"
+                             f"{f['evidence']['lifecycle']['to']}")
+            return cluster.states()["node3"] == ("idle", "none")
+
+        _until("node3 resumed after its re-test", resumed, cluster)
+        assert "GF903 re-validating->in service" in seen, seen
+    finally:
+        cluster.set_profile("node3", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node3", "State=RESUME"])
+    _until("node3 idle", lambda: cluster.states()["node3"] == ("idle", "none"), cluster)
+
+
+def test_remediation_refuses_an_admins_drain(cluster: slurmlib.Cluster) -> None:
+    reason = "maintenance: PSU swap"
+    cluster.set_profile("node2", "recovery-reset")
+    res = cluster.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"])
+    assert res.returncode == 0, res.stderr
+    try:
+        play = _remediate(cluster, "node2", "-e", "remediate_gpu=1")
+        assert play.returncode != 0 and "only a node gpufleet drained" in play.stdout, \
+            play.stdout[-2000:]
+        assert cluster.states()["node2"][1] == reason
+        assert "TASK [Reset the GPU]" not in play.stdout
+    finally:
+        cluster.set_profile("node2", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
+    _until("node2 idle", lambda: cluster.states()["node2"] == ("idle", "none"), cluster)
+
+
+def test_a_gpu_past_the_reboot_limit_is_held_for_rma(cluster: slurmlib.Cluster) -> None:
+    """GF432 drains as `gpufleet: RMA …` and gpufleet never resumes that node, not even when it
+    looks healthy afterwards (here the limit is 0 through gpufleet_xid_reboot_limit: the one
+    Xid 79 of profile xid79-lost is past it)."""
+    expect = cluster.root / "etc" / "expect.yml"
+    before = expect.read_text()
+    expect.write_text(before + "gpufleet_xid_reboot_limit: 0\n")
+    cluster.set_profile("node4", "xid79-lost")
+    try:
+        _until("node4 held for RMA",
+               lambda: cluster.states()["node4"][1].startswith("gpufleet: RMA GF432"), cluster)
+        expect.write_text(before)
+        cluster.set_profile("node4", "h200x2")  # healthy again: still held
+        _runs_after(cluster, "node4", time.time(), count=2)
+        state, reason = cluster.states()["node4"]
+        assert "drain" in state and reason.startswith("gpufleet: RMA GF432"), reason
+        (held,) = [f for f in (_report(cluster, "node4") or (0, {"findings": []}))[1]["findings"]
+                   if f["rule"] == "GF906"]
+        assert held["evidence"]["lifecycle"] == {"from": "rma", "to": "rma"}
+        play = _remediate(cluster, "node4", "-e", "remediate_gpu=1")
+        assert play.returncode != 0 and "RMA hold" in play.stdout
+    finally:
+        expect.write_text(before)
+        cluster.set_profile("node4", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node4", "State=RESUME"])
+    _until("node4 idle", lambda: cluster.states()["node4"] == ("idle", "none"), cluster)

@@ -146,3 +146,15 @@ def test_node_local_history_escalates_a_gpu_that_keeps_asking_for_a_reboot(
                             "--format", "json")[0])
     (rma,) = [f for f in again["findings"] if f["rule"] == "GF432"]
     assert rma["evidence"]["count"] == 3  # the same log lines count once, however many runs
+
+
+def test_without_history_the_runs_own_log_escalates(tmp_path: Path) -> None:
+    """No store: a burst in this run's log is still one (GF431), and the limit is the
+    expectations file's gpufleet_xid13_31_limit."""
+    burst = _doc(node_check("xid13-burst", "--node", "n1", "--format", "json")[0])
+    assert "GF431" in {f["rule"] for f in burst["findings"]}
+    expect = tmp_path / "expect.yml"
+    expect.write_text("gpufleet_xid13_31_limit: 10\n")
+    calm = _doc(node_check("xid13-burst", "--node", "n1", "--expect", str(expect),
+                           "--format", "json")[0])
+    assert "GF431" not in {f["rule"] for f in calm["findings"]}

@@ -23,6 +23,7 @@ from gpufleet.inventory import ExpectError, load_expectations, node_spec
 from gpufleet.report import document, exit_code
 from gpufleet.report.pipeline import amend, summarized
 from gpufleet.rma import BundleError, write_bundle
+from gpufleet.rules.escalation import escalate, limits_for
 from gpufleet.smoke.levels import NO_SMOKE
 
 
@@ -85,10 +86,14 @@ def cmd_node_check(args: argparse.Namespace) -> int:
     report = run_node_check(spec, level=args.level, timeout=args.timeout,
                             smoke_timeout=args.smoke_timeout, force=args.force,
                             generated_at=options.now())
-    if args.history is not None:  # before the drain: an escalation may be the worst finding
+    # Escalation before the drain (it may be the worst finding): over the node-local store with
+    # --history, else over this run's own log (a journal spanning boots, a burst).
+    if args.history is not None:
         from gpufleet.cli.saved import with_history  # noqa: PLC0415  (saved imports this module)
 
         report, _ = with_history(report, args.history)
+    else:
+        report = amend(report, escalate(document(report), [], limits_for(spec.expect)))
     if args.slurm_drain:
         # slurmd kills a health check after 60 s with SIGTERM: unwind (clear a pending breaker
         # claim in Slurm) instead of dying in the middle.
