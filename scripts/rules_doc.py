@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpufleet.rules.catalog import FACT_HINTS, RULES, SMOKE_HINTS, RuleInfo
-from gpufleet.rules.reference import XID_HINT_DEFAULT, XID_HINTS
+from gpufleet.rules.xid import NEED_FIX
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "rules.md"
@@ -31,7 +31,8 @@ def _by(what: str, table: Mapping[object, str]) -> str:
 # A {hint} picked per finding from a table: the page lists the table.
 _TABLE_FILLS: Mapping[str, Mapping[str, str]] = {
     "GF010": {"hint": _by("family", FACT_HINTS)},
-    "GF405": {"hint": _by("XID", XID_HINTS) + f"; others: {XID_HINT_DEFAULT}"},
+    "GF405": {"hint": "Xid N (its catalog description): " + _by("need", NEED_FIX)
+              + "; NVIDIA's investigatory action"},
     "GF601": {"hint": _by("check", SMOKE_HINTS)},
 }
 

@@ -67,6 +67,12 @@ VARS: tuple[Var, ...] = (
         "floor for the multinode all-reduce bus bandwidth, GB/s"),
     Var("gpufleet_slurm_node", "slurm_node", "text", (AGENT,),
         "the host's Slurm NodeName, for scontrol drain lines"),
+    Var("gpufleet_xid_repeat_limit", "xid_repeat_limit", "int", (AGENT,),
+        "GF430: the same Xid on one GPU this many times within 24 h escalates (default 5)"),
+    Var("gpufleet_xid13_31_limit", "xid13_31_limit", "int", (AGENT,),
+        "GF431: Xid 13 on one GPC/TPC or Xid 31 on one GPU this many times in 24 h (default 2)"),
+    Var("gpufleet_xid_reboot_limit", "xid_reboot_limit", "int", (AGENT,),
+        "GF432: reboots within 7 days that may not fix a GPU before it goes to RMA (default 2)"),
 )
 
 NAMES: frozenset[str] = frozenset(v.name for v in VARS)

@@ -63,6 +63,10 @@ class Expectations:
     domain: str | None = None  # gpufleet_domain (rack, pod: localize's first-level groups)
     multinode_min_busbw_gbps: float | None = None  # gpufleet_multinode_min_busbw_gbps
     slurm_node: str | None = None  # gpufleet_slurm_node (Slurm NodeName, for drain lines)
+    # Xid escalation limits (rules/escalation.py; None: the sourced defaults there)
+    xid_repeat_limit: int | None = None  # gpufleet_xid_repeat_limit (same Xid, one GPU, 24 h)
+    xid13_31_limit: int | None = None  # gpufleet_xid13_31_limit (same GPC/TPC or GPU, 24 h)
+    xid_reboot_limit: int | None = None  # gpufleet_xid_reboot_limit (reboots in 7 days -> RMA)
     # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
     # pytorch_image_digest); None: the host declares no workspaces
     workspaces: Mapping[str, str | None] | None = None
@@ -242,6 +246,9 @@ class XidEvent:
     timestamp: str | None  # as the kernel log gave it (ISO if known, else "[  12.34]")
     bus_id: str | None
     message: str
+    # True: from the kernel ring buffer (dmesg), which holds this boot only; None: journald,
+    # which may span boots
+    this_boot: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -277,6 +284,15 @@ class PciFunction:
     address: str  # "0000:18:00.0" (domain:bus:device.function)
     class_code: str  # "0x030200" (3D controller) | "0x030000" (VGA compatible)
     device_id: str | None = None  # "0x2335"
+
+
+@dataclass(frozen=True)
+class GpuRecovery:
+    """The driver's recovery action for one GPU (`nvidia-smi -q` "GPU Recovery Action")."""
+
+    bus_id: str  # nvidia-smi's "00000000:18:00.0"
+    action: str  # NVML's name, lower case: none | gpu_reset | node_reboot | drain_p2p | …
+    raw: str  # as nvidia-smi printed it ("Reset")
 
 
 @dataclass(frozen=True)
@@ -331,6 +347,8 @@ class Facts:
     ib_ports: tuple[IbPort, ...] | None = None
     # Kernels installed (/boot/vmlinuz-*) and the distribution's reboot flag; None = not read
     kernels: KernelsInfo | None = None
+    # The driver's recovery action per GPU; None = not read (no `-q`, or a driver without it)
+    gpu_recovery: tuple[GpuRecovery, ...] | None = None
 
     @property
     def gpu_count(self) -> int:

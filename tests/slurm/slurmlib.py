@@ -187,6 +187,9 @@ def _wait(ok: object, timeout: float, what: str, why: object) -> None:
         time.sleep(0.2)
 
 
+SYS_PCI = "/sys/bus/pci/devices"  # a profile with a simulated PCI bus shows it here
+
+
 def _profile_script(profile: str, *, remount: bool) -> str:
     prof = PROFILES_DIR / profile
     if not prof.is_dir():
@@ -195,12 +198,15 @@ def _profile_script(profile: str, *, remount: bool) -> str:
     steps = ["set -e"]
     if remount:
         steps += [f"umount {PROFILE_BIN_TARGET} 2>/dev/null || true",
-                  "umount /proc/driver 2>/dev/null || true"]
+                  "umount /proc/driver 2>/dev/null || true",
+                  f"umount {SYS_PCI} 2>/dev/null || true"]
     if (prof / "bin").is_dir():
         steps.append(f"mount --bind {q(str(prof / 'bin'))} {PROFILE_BIN_TARGET}")
     steps.append("mount -t tmpfs -o mode=0755 gpufleet-proc-driver /proc/driver")
     if (prof / "proc_driver_nvidia").is_dir():
         steps.append(f"cp -R {q(str(prof / 'proc_driver_nvidia'))} /proc/driver/nvidia")
+    if (prof / "sys_bus_pci_devices").is_dir():  # the GPUs on the bus, lost ones included
+        steps.append(f"mount --bind {q(str(prof / 'sys_bus_pci_devices'))} {SYS_PCI}")
     return "\n".join(steps)
 
 

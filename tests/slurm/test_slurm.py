@@ -243,3 +243,163 @@ def test_breaker_drains_at_most_half_of_the_partition(cluster: slurmlib.Cluster)
             cluster.set_profile(node, "h200x2")
     _until("all resumed", lambda: all(cluster.states()[n] == ("idle", "none")
                                       for n in GPU_NODES), cluster)
+
+
+def test_a_gpu_that_fell_off_the_bus_days_ago_still_drains(cluster: slurmlib.Cluster) -> None:
+    """Issue 26's node: Xid 79 two days old in this boot's kernel log, 7 of 8 GPUs enumerated,
+    no expected count. It passed and stayed in service before: the Xid was "outside the 24 h
+    window". Now the lasting Xid is current and the node tells the lost GPU from its PCI bus."""
+    cluster.set_profile("node3", "xid79-lost")
+    try:
+        _until("node3 drained by gpufleet",
+               lambda: cluster.states()["node3"][1].startswith("gpufleet: GF4"), cluster)
+        state, reason = cluster.states()["node3"]
+        assert "drain" in state
+        assert reason.startswith("gpufleet: GF405 node3: Xid 79 on 00000000:AB:00.0"), reason
+        _runs_after(cluster, "node3", time.time())
+        r = _report(cluster, "node3")
+        assert r is not None
+        by_rule = {f["rule"]: f for f in r[1]["findings"]}
+        xid = by_rule["GF405"]["evidence"]
+        assert xid["lasting"] and not xid["recent"] and xid["this_boot"]
+        assert xid["decided_by"] == "NVIDIA Xid catalog" and xid["bucket"] == "RESTART_BM"
+        assert "analyzing-xid-catalog" in xid["source"]
+        lost = by_rule["GF421"]["evidence"]
+        assert (lost["pci"], lost["enumerated"], lost["missing"]) == (8, 7, ["0000:ab:00.0"])
+        assert lost["xids"] == {"0000:ab:00.0": [79]}
+    finally:
+        cluster.set_profile("node3", "h200x2")
+    _until("node3 resumed", lambda: cluster.states()["node3"] == ("idle", "none"), cluster)
+
+
+def test_breaker_keeps_an_admins_comment_written_while_it_claims(
+        cluster: slurmlib.Cluster) -> None:
+    """Security review F23: an admin's Comment written during the breaker's claim window (the
+    settle time before a drain) survives; only the claim token is taken out."""
+    def comment() -> str:
+        out = cluster.run(["sinfo", "-h", "-N", "-n", "node4", "-O", "NodeList:|,Comment:"])
+        return out.stdout.split("|", 1)[-1].strip()
+
+    cluster.set_profile("node4", FAULT)
+    try:
+        _until("node4 claims before draining", lambda: "gpufleet-claim:" in comment(), cluster)
+        claim = comment()
+        res = cluster.run(["scontrol", "update", "NodeName=node4",
+                           f"Comment=RMA ticket 4711 {claim}"])
+        assert res.returncode == 0, res.stderr
+        _until("node4 drained by gpufleet",
+               lambda: cluster.states()["node4"][1].startswith("gpufleet: GF402"), cluster)
+        _until("node4's claim cleared", lambda: "gpufleet-claim" not in comment(), cluster)
+        assert comment() == "RMA ticket 4711"
+    finally:
+        cluster.set_profile("node4", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node4", "Comment="])
+    _until("node4 resumed", lambda: cluster.states()["node4"] == ("idle", "none"), cluster)
+
+
+def test_drain_reason_is_redacted_like_the_report(cluster: slurmlib.Cluster) -> None:
+    """Security review F11: a secret in the worst finding's message (here host output in an
+    Xid line) never becomes the node's Reason, which every cluster user can read."""
+    cluster.set_profile("node2", "xid-leaky")
+    try:
+        _until("node2 drained by gpufleet",
+               lambda: cluster.states()["node2"][1].startswith("gpufleet: GF4"), cluster)
+        reason = cluster.states()["node2"][1]
+        assert "Zx9-s3cr3t" not in reason and "hf_abcdefghijklmnop" not in reason, reason
+        assert "https://***@" in reason and "HF_TOKEN=***" in reason, reason
+        shown = cluster.run(["scontrol", "show", "node", "node2"]).stdout
+        assert "Zx9-s3cr3t" not in shown
+    finally:
+        cluster.set_profile("node2", "h200x2")
+    _until("node2 resumed", lambda: cluster.states()["node2"] == ("idle", "none"), cluster)
+
+
+def _remediate(c: slurmlib.Cluster, node: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """playbooks/remediate_gpu_reset.yml on `node` itself (connection local inside its
+    namespaces: the same simulated nvidia-smi its health check reads)."""
+    home = c.root / "home"
+    home.mkdir(exist_ok=True)
+    return c.in_node(node, [
+        str(VENV_BIN / "ansible-playbook"), "-i", f"{node},", "-c", "local",
+        "-e", f"ansible_python_interpreter={sys.executable}", "-e", "ansible_become=false",
+        "-e", f"remediate_slurm_node={node}", "-e", f"remediate_slurm_conf={c.conf}", *extra,
+        str(REPO / "playbooks/remediate_gpu_reset.yml")],
+        env={"PATH": f"/usr/local/sbin:{VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
+             "HOME": str(home), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+             "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(home / ".ansible-tmp")},
+        timeout=180)
+
+
+def test_break_fix_loop_drain_reset_retest_resume(cluster: slurmlib.Cluster) -> None:
+    """suspect -> drained -> remediating -> re-validating -> resumed: the driver asks for a
+    reset of GPU 1 (Xid 94), the remediation playbook resets that GPU only, the next health
+    check re-tests the node and resumes it. Every step is in the reports' GF90x evidence."""
+    cluster.set_profile("node3", "recovery-reset")
+    try:
+        _until("node3 drained for the reset",
+               lambda: cluster.states()["node3"][1].startswith("gpufleet: GF405"), cluster)
+        assert "Xid 94" in cluster.states()["node3"][1]
+        play = _remediate(cluster, "node3", "-e", "remediate_gpu=1")
+        assert play.returncode == 0, play.stdout[-3000:] + play.stderr[-1000:]
+        assert "GPU 1 reset; recovery action None" in play.stdout
+        seen: set[str] = set()
+
+        def resumed() -> bool:
+            r = _report(cluster, "node3")
+            for f in (r[1]["findings"] if r else []):
+                if f["rule"].startswith("GF90"):
+                    seen.add(f"{f['rule']} {f['evidence']['lifecycle']['from']}->"
+                             f"{f['evidence']['lifecycle']['to']}")
+            return cluster.states()["node3"] == ("idle", "none")
+
+        _until("node3 resumed after its re-test", resumed, cluster)
+        assert "GF903 re-validating->in service" in seen, seen
+    finally:
+        cluster.set_profile("node3", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node3", "State=RESUME"])
+    _until("node3 idle", lambda: cluster.states()["node3"] == ("idle", "none"), cluster)
+
+
+def test_remediation_refuses_an_admins_drain(cluster: slurmlib.Cluster) -> None:
+    reason = "maintenance: PSU swap"
+    cluster.set_profile("node2", "recovery-reset")
+    res = cluster.run(["scontrol", "update", "NodeName=node2", "State=DRAIN", f"Reason={reason}"])
+    assert res.returncode == 0, res.stderr
+    try:
+        play = _remediate(cluster, "node2", "-e", "remediate_gpu=1")
+        assert play.returncode != 0 and "only a node gpufleet drained" in play.stdout, \
+            play.stdout[-2000:]
+        assert cluster.states()["node2"][1] == reason
+        assert "TASK [Reset the GPU]" not in play.stdout
+    finally:
+        cluster.set_profile("node2", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])
+    _until("node2 idle", lambda: cluster.states()["node2"] == ("idle", "none"), cluster)
+
+
+def test_a_gpu_past_the_reboot_limit_is_held_for_rma(cluster: slurmlib.Cluster) -> None:
+    """GF432 drains as `gpufleet: RMA …` and gpufleet never resumes that node, not even when it
+    looks healthy afterwards (here the limit is 0 through gpufleet_xid_reboot_limit: the one
+    Xid 79 of profile xid79-lost is past it)."""
+    expect = cluster.root / "etc" / "expect.yml"
+    before = expect.read_text()
+    expect.write_text(before + "gpufleet_xid_reboot_limit: 0\n")
+    cluster.set_profile("node4", "xid79-lost")
+    try:
+        _until("node4 held for RMA",
+               lambda: cluster.states()["node4"][1].startswith("gpufleet: RMA GF432"), cluster)
+        expect.write_text(before)
+        cluster.set_profile("node4", "h200x2")  # healthy again: still held
+        _runs_after(cluster, "node4", time.time(), count=2)
+        state, reason = cluster.states()["node4"]
+        assert "drain" in state and reason.startswith("gpufleet: RMA GF432"), reason
+        (held,) = [f for f in (_report(cluster, "node4") or (0, {"findings": []}))[1]["findings"]
+                   if f["rule"] == "GF906"]
+        assert held["evidence"]["lifecycle"] == {"from": "rma", "to": "rma"}
+        play = _remediate(cluster, "node4", "-e", "remediate_gpu=1")
+        assert play.returncode != 0 and "RMA hold" in play.stdout
+    finally:
+        expect.write_text(before)
+        cluster.set_profile("node4", "h200x2")
+        cluster.run(["scontrol", "update", "NodeName=node4", "State=RESUME"])
+    _until("node4 idle", lambda: cluster.states()["node4"] == ("idle", "none"), cluster)

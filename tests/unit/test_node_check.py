@@ -118,3 +118,43 @@ def test_declared_workspace_not_running_is_gf808(tmp_path: Path) -> None:
     proc, _, _ = node_check("h200x2", "--node", "n1", "--expect", str(expect), "--format", "json")
     gf808 = [f for f in _doc(proc)["findings"] if f["rule"] == "GF808"]
     assert [f["evidence"]["workspace"] for f in gf808] == ["lab"], proc.stderr
+
+
+def test_node_local_history_escalates_a_gpu_that_keeps_asking_for_a_reboot(
+        tmp_path: Path) -> None:
+    """`--history DIR`: node-check saves each run there and counts Xids over it. Two earlier
+    boots (saved runs an hour apart) logged Xid 79 on GPU 1; this boot logs it again (profile
+    xid): the third ask, past gpud's limit of 2 reboots, is GF432."""
+    from datetime import datetime, timedelta, timezone  # noqa: PLC0415
+
+    from gpufleet.history.store import RunStore  # noqa: PLC0415
+
+    store = RunStore(tmp_path / "history")
+    for hours, stamp in ((3, "[ 4711.000001]"), (2, "[ 912.500000]")):
+        at = (datetime.now(timezone.utc) - timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        store.save({"schema": "gpufleet.report/v1", "generated_at": at, "hosts": {"n1": {
+            "status": "ok", "facts": {"xid_events": [{
+                "xid": 79, "timestamp": stamp, "bus_id": "00000000:00:07.0",
+                "message": "GPU has fallen off the bus."}]}}}, "findings": []})
+    proc, _, _ = node_check("xid", "--node", "n1", "--history", str(tmp_path / "history"),
+                            "--format", "json")
+    doc = _doc(proc)
+    (rma,) = [f for f in doc["findings"] if f["rule"] == "GF432"]
+    assert rma["evidence"]["count"] == 3 and rma["evidence"]["bus_id"] == "00000000:00:07.0"
+    assert len(store.entries()) == 3  # this run saved too
+    again = _doc(node_check("xid", "--node", "n1", "--history", str(tmp_path / "history"),
+                            "--format", "json")[0])
+    (rma,) = [f for f in again["findings"] if f["rule"] == "GF432"]
+    assert rma["evidence"]["count"] == 3  # the same log lines count once, however many runs
+
+
+def test_without_history_the_runs_own_log_escalates(tmp_path: Path) -> None:
+    """No store: a burst in this run's log is still one (GF431), and the limit is the
+    expectations file's gpufleet_xid13_31_limit."""
+    burst = _doc(node_check("xid13-burst", "--node", "n1", "--format", "json")[0])
+    assert "GF431" in {f["rule"] for f in burst["findings"]}
+    expect = tmp_path / "expect.yml"
+    expect.write_text("gpufleet_xid13_31_limit: 10\n")
+    calm = _doc(node_check("xid13-burst", "--node", "n1", "--expect", str(expect),
+                           "--format", "json")[0])
+    assert "GF431" not in {f["rule"] for f in calm["findings"]}

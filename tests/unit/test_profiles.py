@@ -126,6 +126,12 @@ def test_every_named_profile_exists() -> None:
         "old-cuda-image",
         "security-at-floor",
         "reboot-pending",
+        "recovery-reset",
+        "recovery-reboot",
+        "xid79-lost",
+        "xid13-burst",
+        "xid-leaky",
+        "xid79-repeat",
     }
 
 
@@ -279,6 +285,26 @@ def test_xid(facts: dict[str, Facts]) -> None:
         (48, "00000000:00:07.0", "[ 8123.456789]"),
         (79, "00000000:00:07.0", "[ 8123.460012]"),
     ]
+
+
+def test_recovery_action_profiles(facts: dict[str, Facts]) -> None:
+    """The driver's "GPU Recovery Action" per GPU, read from the profile's `nvidia-smi -q`."""
+    assert facts["h200x2"].gpu_recovery is not None
+    assert {r.action for r in facts["h200x2"].gpu_recovery} == {"none"}  # the real capture
+    reset = {r.bus_id: r.action for r in facts["recovery-reset"].gpu_recovery or ()}
+    assert reset == {"00000000:00:06.0": "none", "00000000:00:07.0": "gpu_reset"}
+    reboot = {r.bus_id: r.action for r in facts["recovery-reboot"].gpu_recovery or ()}
+    assert reboot["00000000:00:06.0"] == "node_reboot"
+    assert [e.xid for e in facts["recovery-reboot"].xid_events] == [31, 154]
+
+
+def test_lost_gpu_profile_shows_8_on_the_bus_and_7_enumerated(facts: dict[str, Facts]) -> None:
+    f = facts["xid79-lost"]
+    assert f.pci_gpus is not None and len(f.pci_gpus) == 8 and len(f.gpus) == 7
+    (ev,) = [e for e in f.xid_events if e.xid == 79]
+    assert (ev.bus_id, ev.timestamp, ev.this_boot) == (
+        "00000000:AB:00.0", "2026-11-29T03:12:45,123456+00:00", True)
+    assert facts["h200x2"].pci_gpus is None  # profiles without a PCI tree have no sysfs
 
 
 def test_pcie_degraded(facts: dict[str, Facts]) -> None:

@@ -16,10 +16,12 @@ from gpufleet.model import (
     DriverInfo,
     FabricInfo,
     GpuNvLinks,
+    GpuRecovery,
     ImageInfo,
     KernelsInfo,
     NvLink,
     OsInfo,
+    PciFunction,
     RankInfo,
     Report,
     SmokeCheck,
@@ -28,6 +30,7 @@ from gpufleet.model import (
 )
 from gpufleet.probes.gpus import THROTTLE_BITS, decode_throttle_mask
 from gpufleet.rules import RULES, evaluate, reference
+from gpufleet.rules.escalation import RULES as ESCALATION_RULES
 from gpufleet.rules.history import RULES as HISTORY_RULES
 from gpufleet.rules.slurm import RULES as SLURM_RULES
 
@@ -136,6 +139,11 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
         gpu(0), gpu(1, remapped_rows_failed=True))}}}), "gpu02"),
     "GF405": (lambda: fleet({"gpu02": {"facts": {"xid_events": (XidEvent(
         79, "[ 1234.5]", "0000:00:07.0", "GPU has fallen off the bus."),)}}}), "gpu02"),
+    "GF420": (lambda: fleet({"gpu02": {"facts": {"gpu_recovery": (
+        GpuRecovery("00000000:00:07.0", "gpu_reset", "Reset"),)}}}), "gpu02"),
+    "GF421": (lambda: fleet({"gpu02": {"facts": {"pci_gpus": (
+        PciFunction("0000:00:06.0", "0x030200"), PciFunction("0000:00:07.0", "0x030200"),
+        PciFunction("0000:00:08.0", "0x030200"))}}}), "gpu02"),
     "GF406": (lambda: fleet({"gpu02": {"facts": {"xid_events": (XidEvent(
         13, "2026-11-30T11:00:00+00:00", "0000:00:07.0", "Graphics Exception"),)}}}), "gpu02"),
     "GF407": (lambda: fleet({"gpu02": {"facts": {"gpus": (
@@ -255,10 +263,13 @@ CASES.update({
 def test_every_rule_has_a_firing_case() -> None:
     # History rules fire against saved runs: tests/unit/test_history.py.
     # GF9xx record what node-check did in Slurm (tests/unit/test_slurm_plan.py fires them).
-    assert set(CASES) == set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
+    # GF43x escalate over the run store (tests/unit/test_escalation.py fires them).
+    assert set(CASES) == (set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
+                          - set(ESCALATION_RULES))
 
 
-@pytest.mark.parametrize("rule", sorted(set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)))
+@pytest.mark.parametrize("rule", sorted(set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
+                      - set(ESCALATION_RULES)))
 def test_rule_fires(rule: str) -> None:
     build, host = CASES[rule]
     found = [f for f in evaluate(build(), now=NOW) if f.rule == rule]

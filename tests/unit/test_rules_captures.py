@@ -5,6 +5,7 @@ its output. Healthy hosts report nothing above info; each fault profile fires it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -56,10 +57,11 @@ DESIRED: dict[str, Any] = {
     "pytorch_image_digest":
         "sha256:991fe96ed17cd3758bd498c26e7953ec34ed6ce4c97b4f5748acb365582d2f19",
 }
-EIGHT = ("h200x8", "fabric-incomplete", "gpu-missing")
+EIGHT = ("h200x8", "fabric-incomplete", "gpu-missing", "xid79-lost")
 GPU_PROFILES = ("h200x2", "h200x8", "driver-drift", "nvml-mismatch", "nvidia-smi-hang",
                 "ecc-remap", "xid", "pcie-degraded", "nvlink-down", "persistence-off",
-                "old-toolkit", "wrong-digest", "busy", "fabric-incomplete", "gpu-missing")
+                "old-toolkit", "wrong-digest", "busy", "fabric-incomplete", "gpu-missing",
+                "recovery-reset", "recovery-reboot", "xid79-lost", "xid13-burst", "xid-leaky")
 NOW = datetime(2026, 11, 30, 12, tzinfo=timezone.utc)
 
 
@@ -68,6 +70,8 @@ def _probe(profile: str) -> Facts:
     env = {**os.environ, "PATH": f"{p / 'bin'}:{os.environ['PATH']}"}
     if (p / "proc_driver_nvidia").is_dir():
         env["GPUFLEET_PROC_DRIVER_NVIDIA"] = str(p / "proc_driver_nvidia")
+    # The profile's PCI bus (absent: no sysfs), never this machine's.
+    env["GPUFLEET_SYS_PCI_DEVICES"] = str(p / "sys_bus_pci_devices")
     # Short tool timeout only where the profile hangs on purpose; loaded CI needs slack elsewhere.
     wait = 1 if profile == "nvidia-smi-hang" else 10
     out = subprocess.run(["sh", "-s", "--", f"tool_timeout={wait}", f"image={IMAGE}"],
@@ -152,6 +156,10 @@ FAULTS: dict[str, tuple[set[str], set[str]]] = {
     "wrong-digest": ({"GF105"}, {"GF206"}),
     "fabric-incomplete": ({"GF412"}, {"GF412"}),
     "gpu-missing": ({"GF106"}, {"GF209"}),
+    "recovery-reset": ({"GF405"}, {"GF405"}),
+    "recovery-reboot": ({"GF405"}, {"GF405"}),
+    "xid79-lost": ({"GF405", "GF421"}, {"GF405", "GF421"}),
+    "xid-leaky": ({"GF405"}, {"GF405"}),
 }
 
 
@@ -206,3 +214,43 @@ def test_real_probe_output_from_the_device_machine_nothing_above_info() -> None:
     # What it does report: the tools that machine lacks, as info.
     rules = {f.rule for f in evaluate(_report({"dev": (idle, None, image, "all")}), now=NOW)}
     assert rules == {"GF010"}
+
+
+def _sick(parsed: dict[str, Facts], profile: str) -> list[Any]:
+    e = Expectations()
+    return [f for f in evaluate(_report({"sick": (parsed[profile], None, e, "gpu")}), now=NOW)
+            if "sick" in f.hosts]
+
+
+def test_the_drivers_recovery_action_decides_over_the_catalog(parsed: dict[str, Facts]) -> None:
+    """Xid 94 alone is RESTART_APP in NVIDIA's catalog (info); the driver says Reset: the driver
+    wins, and every finding names which one decided and its source."""
+    (xid94,) = [f for f in _sick(parsed, "recovery-reset") if f.evidence.get("xid") == 94]
+    assert xid94.rule == "GF405" and xid94.severity == "error"
+    ev = xid94.evidence
+    assert (ev["decided_by"], ev["bucket"], ev["need"]) == (
+        "driver recovery action", "gpu_reset", "reset")
+    assert "error-recovery-and-response-flags" in ev["source"]
+    assert "nvidia-smi -r" in xid94.remediation
+    reboot = [f for f in _sick(parsed, "recovery-reboot") if f.rule == "GF405"]
+    assert {f.evidence["xid"] for f in reboot} == {31, 154}
+    assert {f.evidence["bucket"] for f in reboot} == {"node_reboot"}
+    assert all("reboot" in f.remediation for f in reboot)
+
+
+def test_a_pending_recovery_action_without_an_xid_in_the_log_is_gf420(
+        parsed: dict[str, Facts]) -> None:
+    rotated = dataclasses.replace(parsed["recovery-reset"], xid_events=())
+    found = evaluate(_report({"sick": (rotated, None, Expectations(), "gpu")}), now=NOW)
+    (gf420,) = [f for f in found if f.rule == "GF420"]
+    assert gf420.severity == "error" and gf420.evidence["gpu"] == 1
+    assert gf420.evidence["recovery_action"] == "gpu_reset"
+
+
+def test_without_a_driver_verdict_the_catalog_decides(parsed: dict[str, Facts]) -> None:
+    (gf405,) = [f for f in _sick(parsed, "xid79-lost") if f.rule == "GF405"]
+    ev = gf405.evidence
+    assert (ev["xid"], ev["decided_by"], ev["bucket"], ev["need"]) == (
+        79, "NVIDIA Xid catalog", "RESTART_BM", "reboot")
+    assert ev["lasting"] and not ev["recent"]  # two days old, still current
+    assert ev["source"].startswith("https://docs.nvidia.com/deploy/xid-errors/")

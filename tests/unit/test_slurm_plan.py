@@ -55,11 +55,23 @@ def test_drain_reason_names_the_worst_rule_and_is_one_clean_line() -> None:
                 _err(message="GPU 1\n\x1b[31mbad\x1b[0m  " + "x" * 400), _err("GF403", "remap")]
     reason = drain_reason(findings, "error")
     assert reason is not None
-    assert reason.startswith("gpufleet: GF402 GPU 1 [31mbad [0m xxx")
+    assert reason.startswith("gpufleet: GF402 GPU 1 bad xxx")  # escapes gone whole
     assert reason.endswith("... (+1 more)") and len(reason) <= 200
     assert all(" " <= c <= "~" for c in reason)
     assert drain_reason(findings[:1], "error") is None
     assert drain_reason(findings[:1], "warning") == "gpufleet: GF409 persistence off"
+
+
+def test_drain_reason_redacts_secrets_before_slurm_shows_them_to_every_user() -> None:
+    """Security review F11: `sinfo -R` is world-readable; the reason must be as redacted as the
+    report."""
+    secret = _err("GF601", "node1: smoke error: https://svc:Zx9-s3cr3t@registry.example/v2 "
+                  "HF_TOKEN=hf_abcdefghijklmnopqrstuvwx")
+    reason = drain_reason([secret], "error")
+    assert reason is not None
+    assert "Zx9-s3cr3t" not in reason and "hf_abcdefghijklmnopqrstuvwx" not in reason
+    assert reason == "gpufleet: GF601 node1: smoke error: https://***@registry.example/v2 " \
+        "HF_TOKEN=***"
 
 
 def test_breaker_limit_is_a_share_with_a_floor_of_one() -> None:
@@ -185,6 +197,23 @@ def test_apply_claims_waits_and_trips_when_earlier_claims_fill_the_budget() -> N
     assert fake.nodes["node3"].state == "idle"
 
 
+def test_an_admins_comment_written_during_the_claim_window_is_kept() -> None:
+    """Security review F23: the breaker takes out only its own claim, from the Comment as it
+    is after the window, instead of writing back the copy it read before claiming."""
+    fake = Recorder(_cluster())
+
+    def admin_edits(_: float) -> None:  # an admin annotates the node while it settles
+        claim = fake.nodes["node1"].comment
+        fake.nodes["node1"] = dataclasses.replace(fake.nodes["node1"],
+                                                  comment=f"RMA ticket 4711 {claim}")
+
+    p = SlurmNode("node1", runner=fake, sleep=admin_edits).apply(
+        "gpufleet: GF402 x", share=0.5, window_s=3600)
+    assert p.action == "drain", p
+    assert fake.nodes["node1"].comment == "RMA ticket 4711"
+    assert fake.calls[-1] == ["scontrol", "update", "NodeName=node1", "Comment=RMA ticket 4711"]
+
+
 def test_a_drain_landing_between_the_two_reads_is_still_seen() -> None:
     """Another node drains and clears its claim while this one reads: whichever read sees it
     (the claim before, the drain after), it counts, and the breaker holds at its limit."""
@@ -249,6 +278,11 @@ def test_apply_failure_is_a_plan_not_an_exception() -> None:
     ({**_cluster(), "node1": NodeState("node1", ("gpu",), "drained", "maintenance")}, None,
      "GF904"),
     ({}, None, "GF905"),
+    ({**_cluster(), "node1": NodeState("node1", ("gpu",), "drained", "gpufleet: RMA GF432 x",
+                                       NOW)}, None, "GF906"),
+    ({**_cluster(), "node1": NodeState("node1", ("gpu",), "drained",
+                                       "gpufleet: re-validating after GPU 1 reset", NOW)},
+     "gpufleet: GF402 x", "GF907"),
 ])  # fmt: skip
 def test_every_slurm_outcome_is_a_finding_with_a_filled_remediation(
         monkeypatch: pytest.MonkeyPatch, nodes: dict[str, NodeState], reason: str | None,
@@ -267,3 +301,53 @@ def test_every_slurm_outcome_is_a_finding_with_a_filled_remediation(
     assert rule in slurm_rules.RULES
     assert found[0].hosts == ("node1",) and found[0].message
     assert "?" not in found[0].remediation and "node1" in found[0].remediation
+
+
+def _node(reason: str, t: dt.datetime = NOW) -> dict[str, NodeState]:
+    return {**_cluster(), "node1": NodeState("node1", ("gpu",), "drained", reason, t)}
+
+
+def _step(nodes: dict[str, NodeState], reason: str | None,
+          now: dt.datetime = NOW) -> tuple[str, tuple[str, str]]:
+    p = plan("node1", nodes, reason, share=0.5, window_s=3600, now=now)
+    return p.action, p.lifecycle
+
+
+def test_an_rma_verdict_heads_the_drain_reason() -> None:
+    reason = drain_reason([_err("GF405", "node1: Xid 79 on 00000000:00:07.0"),
+                           _err("GF432", "node1: the GPU at 00000000:00:07.0 asked for a reboot "
+                                "3 times")], "error")
+    assert reason is not None and reason.startswith("gpufleet: RMA GF432 node1: the GPU at")
+    assert reason.endswith("(+1 more)")
+
+
+def test_lifecycle_steps() -> None:
+    """suspect -> drained -> remediating -> re-validating -> in service | drained again | rma."""
+    healthy, faulty, rma = None, "gpufleet: GF405 x", "gpufleet: RMA GF432 x"
+    assert _step(_cluster(), faulty) == ("drain", ("in service", "drained"))
+    assert _step(_cluster(), rma) == ("drain", ("in service", "rma"))
+    assert _step(_node(faulty), faulty) == ("keep", ("drained", "drained"))
+    assert _step(_node(faulty), rma) == ("relabel", ("drained", "rma"))
+    busy = _node("gpufleet: remediating GPU 1 reset")
+    assert _step(busy, healthy) == ("keep", ("remediating", "remediating"))  # left to the play
+    assert _step(busy, faulty) == ("keep", ("remediating", "remediating"))
+    later = NOW + dt.timedelta(hours=2)  # the play died: the health check takes the node back
+    assert _step(busy, healthy, later) == ("resume", ("remediating", "in service"))
+    assert _step(busy, faulty, later) == ("relabel", ("remediating", "drained"))
+    retest = _node("gpufleet: re-validating after GPU 1 reset")
+    assert _step(retest, healthy) == ("resume", ("re-validating", "in service"))
+    assert _step(retest, faulty) == ("relabel", ("re-validating", "drained"))
+    held = _node(rma)
+    assert _step(held, healthy) == ("rma", ("rma", "rma"))  # never resumed by gpufleet
+    assert _step(held, faulty) == ("rma", ("rma", "rma"))
+    admin = _node("maintenance: PSU swap")
+    assert _step(admin, faulty)[0] == "leave" and _step(admin, healthy)[0] == "leave"
+
+
+def test_relabel_rewrites_only_the_reason_of_a_node_already_out() -> None:
+    fake = Recorder(_node("gpufleet: re-validating after GPU 1 reset"))
+    p = SlurmNode("node1", runner=fake, sleep=lambda s: None).apply(
+        "gpufleet: GF405 still", share=0.5, window_s=3600)
+    assert p.action == "relabel"
+    assert fake.nodes["node1"].reason == "gpufleet: GF405 still"
+    assert not any(c[-1].startswith("Comment=") for c in fake.calls)  # no breaker claim

@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     saved.add(sub)
     engines.add_node_check(sub)
     engines.add_ansible_report(sub)
+    engines.add_rma_bundle(sub)
     sweep.add_localize(sub)
     return parser
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.cli import options
-from gpufleet.cli.options import EXIT_INTERRUPTED, UsageError
+from gpufleet.cli.options import EXIT_INTERRUPTED, EXIT_OK, UsageError
 from gpufleet.cli.output import Output, check_dir
 from gpufleet.engines.ansible import (
     AnsibleResultsError,
@@ -18,9 +18,12 @@ from gpufleet.engines.ansible import (
     report_from_results,
 )
 from gpufleet.engines.slurm.nodecheck import node_name, run_node_check, slurm_findings
+from gpufleet.history.store import RunStore, StoreError
 from gpufleet.inventory import ExpectError, load_expectations, node_spec
 from gpufleet.report import document, exit_code
 from gpufleet.report.pipeline import amend, summarized
+from gpufleet.rma import BundleError, write_bundle
+from gpufleet.rules.escalation import escalate, limits_for
 from gpufleet.smoke.levels import NO_SMOKE
 
 
@@ -55,6 +58,9 @@ def add_node_check(sub: Any) -> None:
                    help="seconds for the smoke test at --level quick (default 300)")
     p.add_argument("--force", action="store_true",
                    help="run the smoke test even where GPUs are busy")
+    p.add_argument("--history", type=Path, metavar="DIR",
+                   help="node-local run store: save each run there and escalate Xids over it "
+                        "(GF430-GF432: repeats, the reboot limit) before draining")
     p.set_defaults(run=cmd_node_check)
 
 
@@ -80,6 +86,14 @@ def cmd_node_check(args: argparse.Namespace) -> int:
     report = run_node_check(spec, level=args.level, timeout=args.timeout,
                             smoke_timeout=args.smoke_timeout, force=args.force,
                             generated_at=options.now())
+    # Escalation before the drain (it may be the worst finding): over the node-local store with
+    # --history, else over this run's own log (a journal spanning boots, a burst).
+    if args.history is not None:
+        from gpufleet.cli.saved import with_history  # noqa: PLC0415  (saved imports this module)
+
+        report, _ = with_history(report, args.history)
+    else:
+        report = amend(report, escalate(document(report), [], limits_for(spec.expect)))
     if args.slurm_drain:
         # slurmd kills a health check after 60 s with SIGTERM: unwind (clear a pending breaker
         # claim in Slurm) instead of dying in the middle.
@@ -89,8 +103,44 @@ def cmd_node_check(args: argparse.Namespace) -> int:
         report = amend(report, extra)
     else:
         report = summarized(report)
-    Output(args.output).render(document(report), args.format)
+    doc = document(report)
+    if args.history is not None:
+        try:
+            RunStore(args.history).save(doc)
+        except StoreError as exc:
+            raise UsageError(f"cannot save the run: {exc}") from exc
+    Output(args.output).render(doc, args.format)
     return exit_code(report.findings, args.fail_on)
+
+
+def add_rma_bundle(sub: Any) -> None:
+    p = sub.add_parser(
+        "rma-bundle", help="one node's RMA evidence from the run store, as an archive",
+        description="Write HOST's RMA evidence bundle (tar.gz with manifest.json): GPU "
+                    "serials, PCI bus ids, VBIOS, driver, recovery action, the Xid timeline and "
+                    "every finding over the saved runs, secrets redacted.")
+    p.add_argument("host", metavar="HOST")
+    p.add_argument("--store", type=Path, required=True, metavar="DIR",
+                   help="the run store (check --save DIR, node-check --history DIR)")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.tar.gz")
+    p.add_argument("--bug-report", type=Path, metavar="FILE",
+                   help="nvidia-bug-report.log.gz from the node, redacted into the bundle")
+    p.set_defaults(run=cmd_rma_bundle)
+
+
+def cmd_rma_bundle(args: argparse.Namespace) -> int:
+    check_dir(args.output)
+    try:
+        bug = args.bug_report.read_bytes() if args.bug_report else None
+    except OSError as exc:
+        raise UsageError(f"{args.bug_report}: {exc.strerror}") from exc
+    store = RunStore(args.store)
+    try:
+        members = write_bundle(args.output, args.host, store.entries(), store.load, bug)
+    except (StoreError, BundleError) as exc:
+        raise UsageError(f"rma-bundle: {exc}") from exc
+    print(f"gpufleet: wrote {args.output} ({len(members)} files)", file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_ansible_report(args: argparse.Namespace) -> int:

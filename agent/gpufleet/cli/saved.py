@@ -21,6 +21,7 @@ from gpufleet.report import document
 from gpufleet.report.diff import diff_reports
 from gpufleet.report.history_text import render_history
 from gpufleet.report.pipeline import amend
+from gpufleet.rules.escalation import escalation_findings
 from gpufleet.rules.history import drift_findings
 
 
@@ -90,7 +91,9 @@ def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any
     store = RunStore(store_dir)
     try:
         entries = store.entries()
-        report = amend(report, drift_findings(document(report), entries))
+        report = amend(report, [*drift_findings(document(report), entries),
+                                *escalation_findings(document(report), entries, store.load,
+                                                     report.specs)])
         doc = document(report)
         doc["history"] = history_section(doc, entries, store.load)
     except StoreError as exc:

@@ -18,6 +18,7 @@ from gpufleet.probes import (
     nccl,
     pci,
     processes,
+    recovery,
     system,
 )
 from gpufleet.probes import topology as topo
@@ -42,6 +43,7 @@ FAMILIES: tuple[Family, ...] = (
     pci.PCI_GPUS,
     ib.IB_PORTS,
     kernels.KERNELS,
+    recovery.GPU_RECOVERY,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

@@ -30,8 +30,11 @@ def parse_xid_lines(text: str) -> tuple[XidEvent, ...]:
     """dmesg (plain or --time-format iso) or `journalctl -k -o short-iso` lines -> XidEvents.
 
     timestamp keeps what the log gave: "[ 1843.308145]" (seconds since boot) or an ISO time.
+    this_boot is True when probe.sh's `# source:` line says dmesg (the ring buffer of this boot).
     """
     events: list[XidEvent] = []
+    # probe.sh's first line names the source; the ring buffer (dmesg) is this boot's only.
+    this_boot = True if re.match(r"# source: dmesg\b", text) else None
     for line in text.splitlines():
         match = _XID.search(line)
         if not match:
@@ -43,6 +46,7 @@ def parse_xid_lines(text: str) -> tuple[XidEvent, ...]:
             timestamp=stamp.group(1) if stamp else None,
             bus_id=normalize_bus_id(match.group("bus")),
             message=match.group("msg").strip(),
+            this_boot=this_boot,
         ))
     return tuple(events)
 

@@ -14,6 +14,7 @@ from gpufleet.rules import (
     deep,
     desired,
     drift,
+    faults,
     hardware,
     links,
     nccl,
@@ -29,8 +30,8 @@ from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 
 __all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
-MODULES = (state, desired, drift, compat, security, hardware, perf, smoke, links, nccl, deep,
-           workspace_rules, wedged)
+MODULES = (state, desired, drift, compat, security, hardware, faults, perf, smoke, links, nccl,
+           deep, workspace_rules, wedged)
 
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:

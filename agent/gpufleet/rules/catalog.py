@@ -261,14 +261,24 @@ _RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF404", "error", "row remapping failed",
              "RMA GPU {gpu} of {host}: it has no spare rows left",
              meaning="Row remapping failed: the GPU has no spare rows left."),
-    RuleInfo("GF405", "error", "critical XID in the time window",
+    RuleInfo("GF405", "error", "Xid that needs a reset, reboot or inspection, still current",
              "{hint} ({host})",
-             meaning="A critical XID (48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, "
-                     "92, 119, 120; Azure health checks/DCGM) within the last 24 h; uptime-stamped"
-                     " dmesg lines count as this boot, hence inside the window."),
-    RuleInfo("GF406", "info", "XID event (not critical, or outside the window)",
-             "look it up in NVIDIA's XID catalogue; act if it repeats on {host}",
-             meaning="Any other XID, or a critical one older than the window."),
+             meaning="An Xid whose action, by NVIDIA's Xid catalog (immediate resolution bucket; "
+                     "`agent/gpufleet/rules/xid_catalog.json`), is a GPU reset, a reboot "
+                     "(**error**) or an inspection (**warning**), and that is still current: "
+                     "inside the last 24 h (uptime-stamped dmesg lines are this boot), or of any "
+                     "age when its effect lasts until a reset or reboot and it is in this boot's "
+                     "kernel ring buffer (fell off the bus two days ago and nobody rebooted). "
+                     "Where the driver reports the GPU's recovery action (`nvidia-smi -q`) it "
+                     "decides instead, whatever the Xid's age: `gpu_reset`, `node_reboot` make "
+                     "the Xid current, `none` clears it (GF406). Evidence `decided_by` and "
+                     "`source` name which one decided."),
+    RuleInfo("GF406", "info", "Xid event (the application's, cleared, or outside the window)",
+             "look it up in NVIDIA's Xid catalog (evidence `investigatory`); act if it repeats "
+             "on {host} (GF430 counts repeats)",
+             meaning="Any other Xid: one NVIDIA's catalog leaves to the application (restart "
+                     "it) or ignores, one on a GPU whose driver reports recovery action None "
+                     "now, or one outside the window that does not last."),
     RuleInfo("GF407", "warning", "PCIe link below its maximum",
              "reseat GPU {gpu} / its riser on {host} and check the BIOS PCIe settings; "
              "re-read under load with `nvidia-smi -q -d PCIE -i {gpu}`",
@@ -322,6 +332,47 @@ _RULES: tuple[RuleInfo, ...] = (
                      "the bus, stuck in a reset): drain-worthy. The smoke test does not start "
                      "there (it cannot count the GPUs; a guessed world size failed phantom "
                      "ranks)."),
+    RuleInfo("GF420", "error", "the driver asks for a GPU recovery action",
+             "{fix} (GPU {gpu} of {host})",
+             meaning="`nvidia-smi -q` \"GPU Recovery Action\" (NVML/DCGM field 1523) is not "
+                     "`None`: the driver itself says the GPU needs a reset (`gpu_reset`, "
+                     "`drain_and_reset`: **error**), a node reboot (`node_reboot`: **error**) or "
+                     "its peer-to-peer traffic drained (`drain_p2p`: **warning**), and no Xid "
+                     "on that GPU is in the kernel log (with one, GF405 reports the Xid with "
+                     "the driver's verdict). Source: "
+                     "docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/"
+                     "error-recovery-and-response-flags.html.",
+             doc_fill={"fix": "the fix for the action (reset: `nvidia-smi -r -i GPU` after "
+                              "draining; reboot: reboot the node)"}),
+    RuleInfo("GF421", "error", "a GPU on the PCI bus is not enumerated by the driver",
+             "drain {host}; the GPU at {bus} fell off the bus or failed to initialise: reboot "
+             "(`ansible {host} -b -m ansible.builtin.reboot`), then reseat or RMA it if it stays "
+             "missing",
+             meaning="sysfs lists more NVIDIA display/3D controllers (`pci_gpus`) than "
+                     "`nvidia-smi` enumerates: the node lost a GPU, told from its own evidence "
+                     "(no expected count needed). The evidence names the missing addresses and "
+                     "this boot's Xids on them."),
+    RuleInfo("GF430", "error", "the same Xid on the same GPU, again and again",
+             "drain {host} and open a case with NVIDIA for the GPU at {bus}: collect "
+             "`nvidia-bug-report.sh` on it; a reset will not fix "
+             "what keeps coming back",
+             meaning="Over this run and the saved runs (`--save DIR`): an Xid that needs more "
+                     "than an application restart logged on one GPU at least 5 times within "
+                     "24 h (NVIDIA NVSentinel's RepeatedXIDErrorOnSameGPU: CONTACT_SUPPORT). Each "
+                     "kernel log line counts once however many runs show it."),
+    RuleInfo("GF431", "warning", "Xid 13 on the same GPC/TPC, or Xid 31 on the same GPU, repeats",
+             "drain {host} and run the deep diagnostic on the GPU at {bus}: `dcgmi diag -r 3` "
+             "(or `gpufleet check --level full -l {host}`); RMA it if the unit fails again",
+             meaning="Xid 13 (graphics exception) on the same GPC and TPC, or Xid 31 (page fault) "
+                     "on the same GPU, at least twice within 24 h: a job's bug moves around, a "
+                     "bad SM does not (NVSentinel RepeatedXID13OnSameGPCAndTPC and "
+                     "RepeatedXID31OnSameGPU: RUN_DCGMEUD)."),
+    RuleInfo("GF432", "error", "the GPU still asks for a reboot after the reboot limit",
+             "stop rebooting {host}: drain it, collect `nvidia-bug-report.sh` and send the GPU "
+             "at {bus} for inspection/RMA",
+             meaning="Over this run and the saved runs: a GPU logged Xids whose catalog action "
+                     "is a reboot more than 2 times within 7 days (each distinct event is one "
+                     "time it asked; gpud's DefaultRebootThreshold = 2: HARDWARE_INSPECTION)."),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "
@@ -568,6 +619,18 @@ _RULES: tuple[RuleInfo, ...] = (
              "run `sinfo -N -n {host}` and `scontrol show node {host}` on the node; check "
              "SLURMD_NODENAME/--node and that the health check runs as root or SlurmUser",
              meaning="`sinfo`/`scontrol` failed, or Slurm knows no node of that name."),
+    RuleInfo("GF906", "warning", "node held for RMA",
+             "replace or repair the GPU named in the reason of {host}, then resume it yourself: "
+             "`scontrol update NodeName={host} State=RESUME`",
+             meaning="The node's drain reason is `gpufleet: RMA GF43x …` (GF430 or GF432 drained "
+                     "it): the hardware keeps failing, and gpufleet never resumes such a node, "
+                     "even when a later check looks healthy."),
+    RuleInfo("GF907", "info", "node's lifecycle step: drain reason updated",
+             "nothing to do on {host}: the evidence `lifecycle` says the step (re-test failed "
+             "after a remediation: drained again; or on to RMA)",
+             meaning="A node gpufleet drained changed lifecycle state: the re-test after a "
+                     "remediation (`gpufleet: re-validating …`) found it still faulty, or an "
+                     "escalation (GF430/GF432) sends it to RMA; the reason is rewritten."),
 )
 
 RULES: Mapping[str, RuleInfo] = {r.id: r for r in _RULES}

@@ -2,37 +2,19 @@
 
 from __future__ import annotations
 
-import re
-from collections import defaultdict
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
 
 from gpufleet.bandwidth import sku_of
-from gpufleet.model import Facts, Finding, HostResult, XidEvent
+from gpufleet.model import Facts, Finding, HostResult
 from gpufleet.rules import reference
 from gpufleet.rules.base import Ctx, finding
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
-RULES: tuple[str, ...] = ("GF401", "GF402", "GF403", "GF404", "GF405", "GF406", "GF407", "GF408",
-                          "GF409", "GF410", "GF411", "GF412", "GF414")
+# Xid events and the driver's recovery action: rules/faults.py.
+RULES: tuple[str, ...] = ("GF401", "GF402", "GF403", "GF404", "GF407", "GF408", "GF409", "GF410",
+                          "GF411", "GF412", "GF414")
 
 _FABRIC_OK = frozenset({"Completed", "N/A", "Not Supported"})
-_UPTIME = re.compile(r"^\[\s*\d+(\.\d+)?\]$")
-
-
-def xid_in_window(ev: XidEvent, now: datetime, hours: int = reference.XID_WINDOW_HOURS) -> bool:
-    """True when the event is recent. An uptime stamp ("[ 12.3]") is this boot: recent."""
-    ts = (ev.timestamp or "").strip()
-    if not ts or _UPTIME.match(ts):
-        return True
-    try:
-        when = datetime.fromisoformat(ts.replace("Z", "+00:00"))
-    except ValueError:
-        return True
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    ref = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
-    return ref - when <= timedelta(hours=hours)
 
 
 def _below(current: int | None, maximum: int | None) -> bool:
@@ -116,7 +98,6 @@ def check(ctx: Ctx) -> Iterator[Finding]:
             yield finding("GF401", [name],
                           f"{name}: torch sees {s.device_count} GPU(s), nvidia-smi {f.gpu_count}",
                           {"torch": s.device_count, "nvidia_smi": f.gpu_count})
-        yield from _xids(ctx, name, f)
         for links in f.nvlink:
             down = [lk.link for lk in links.links if not lk.active]
             gpu = next((g for g in f.gpus if g.index == links.gpu_index), None)
@@ -146,24 +127,3 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                                "status": {str(k): v for k, v in failed.items()},
                                "manager_running": fab.manager_running,
                                "nvswitch_count": fab.nvswitch_count})
-
-
-def _xids(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
-    """One finding per XID, GPU and recency: a flapping GPU logs the same XID hundreds of times."""
-    groups: dict[tuple[int, str | None, bool], list[XidEvent]] = defaultdict(list)
-    for ev in f.xid_events:
-        groups[(ev.xid, ev.bus_id, xid_in_window(ev, ctx.now))].append(ev)
-    for (xid, bus, recent), events in sorted(groups.items(),
-                                             key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
-        last = events[-1]
-        times = f" x{len(events)}, last" if len(events) > 1 else ""
-        yield finding(
-            "GF405" if xid in reference.CRITICAL_XIDS and recent else "GF406", [name],
-            f"{name}: XID {xid} on {bus or '?'}{times} at {last.timestamp or '?'}"
-            + ("" if recent else " (outside the window)") + f": {last.message}",
-            {"xid": xid, "bus_id": bus, "count": len(events), "first": events[0].timestamp,
-             "last": last.timestamp, "message": last.message, "recent": recent,
-             "window_hours": reference.XID_WINDOW_HOURS, "source": reference.XID_SOURCE,
-             "subject": f"xid{xid}@{bus}{'' if recent else '-old'}"},
-            hint=reference.XID_HINTS.get(xid, f"XID {xid}: {reference.XID_HINT_DEFAULT}"),
-        )

@@ -81,27 +81,8 @@ DRIVER_EOL_NOTICE_DAYS = 90
 
 # Container toolkit, driver, runc and Docker security floors: security_floors.yaml (security.py).
 
-# --------------------------------------------------------------------------- XIDs
-# Source: Azure HPC node health checks, DCGM health watches, imbue's host checks (REFERENCE.md).
-XID_SOURCE = "Azure HPC health checks / DCGM / imbue"
-CRITICAL_XIDS: frozenset[int] = frozenset(
-    {48, 56, 57, 58, 62, 63, 64, 65, 68, 69, 73, 74, 79, 80, 81, 92, 119, 120}
-)
-# XIDs with a specific fix; the rest share the generic one.
-XID_HINTS: Mapping[int, str] = {
-    48: "double-bit ECC error: drain the host, reset the GPU (nvidia-smi -r) and check row "
-    "remapping",
-    63: "row remapping pending: reset the GPU or reboot to apply the remap",
-    64: "row remapping failed: RMA the GPU",
-    74: "NVLink error: check the NVLink/NVSwitch cabling and fabric manager; reseat or RMA",
-    79: "GPU has fallen off the bus: drain the host, reseat the GPU or RMA it",
-    92: "high single-bit ECC error rate: watch it; RMA if it repeats",
-    119: "GSP RPC timeout: reboot; update the driver if it repeats",
-    120: "GSP error: reboot; update the driver if it repeats",
-}
-XID_HINT_DEFAULT = "drain the host and run `dcgmi diag -r 3`"
-# An XID older than this no longer makes the host unhealthy (it still shows as info).
-XID_WINDOW_HOURS = 24
+# XIDs: NVIDIA's Xid catalog and the driver's recovery action live in rules/xid.py and
+# rules/xid_catalog.json.
 
 # --------------------------------------------------------------------------- clock events
 # The reasons that are findings (GF411), by the names probes/gpus.py THROTTLE_BITS decodes the

@@ -1,4 +1,4 @@
-"""GF901-GF905: what node-check --slurm-drain did in Slurm, as findings.
+"""GF901-GF907: what node-check --slurm-drain did in Slurm, as findings.
 
 Not part of `rules.evaluate`: these judge no facts. They report the outcome of applying the
 verdict to Slurm (engines/slurm/drain.py decides and acts; this module only names the outcome),
@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from gpufleet.model import Finding
 from gpufleet.rules.base import finding
 
-RULES: tuple[str, ...] = ("GF901", "GF902", "GF903", "GF904", "GF905")
+RULES: tuple[str, ...] = ("GF901", "GF902", "GF903", "GF904", "GF905", "GF906", "GF907")
 
 # The drain plan's action -> the rule that reports it ("none": nothing to say).
 _BY_ACTION: Mapping[str, str] = {
     "breaker": "GF901", "drain": "GF902", "keep": "GF902", "resume": "GF903",
-    "leave": "GF904", "error": "GF905",
+    "leave": "GF904", "error": "GF905", "rma": "GF906", "relabel": "GF907",
 }  # fmt: skip
 
 

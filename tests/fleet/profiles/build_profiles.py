@@ -56,7 +56,11 @@ REPLAY = r"""#!/bin/sh
 # ("-" = nothing; in *.tmpl files @DATA@ becomes this directory and @REPO@ the last
 # argument without its :tag), then exit RC.
 # RC "hang" sleeps until killed; RC "real" runs the host's own TOOL instead.
+# RC "reset" answers like a GPU reset and records it: from then on lines with RC "ifreset:N"
+# apply (the host's answers after the reset), skipped before. The record lives in the host's
+# own /proc/driver tmpfs (one per simulated host, new on every profile switch).
 data=$(cd "$(dirname "$0")" && pwd)
+state=${GPUFLEET_SIM_STATE:-/proc/driver/gpufleet-sim}
 tool=$1
 shift
 args="$*"
@@ -84,6 +88,12 @@ show() {
 if [ -r "$data/$tool.index" ]; then
     while read -r rc out err pattern; do
         case $rc in '' | '#'*) continue ;; esac
+        case $rc in
+            ifreset:*)
+                [ -e "$state/reset" ] || continue
+                rc=${rc#ifreset:}
+                ;;
+        esac
         # shellcheck disable=SC2254  # the pattern is meant to glob
         case $args in
             $pattern)
@@ -91,6 +101,11 @@ if [ -r "$data/$tool.index" ]; then
                 show "$err" >&2
                 case $rc in
                     hang) exec sleep 2147483647 ;;
+                    reset)
+                        mkdir -p "$state" && : >"$state/reset" && exit 0
+                        echo "$tool (simulated): cannot record the reset in $state" >&2
+                        exit 2
+                        ;;
                     real)
                         for dir in /usr/sbin /usr/bin /sbin /bin; do
                             [ -x "$dir/$tool" ] && exec "$dir/$tool" "$@"
@@ -124,6 +139,8 @@ class Profile:
     etc: dict[str, str] = field(default_factory=dict)  # files the fleet overlays on /etc
     setenv: dict[str, str] = field(default_factory=dict)  # the ssh session's environment
     boot: list[str] = field(default_factory=list)  # kernels in /boot beside the running one
+    # NVIDIA 3D controllers on the simulated PCI bus (sysfs), by address; () = no sysfs tree
+    pci: tuple[str, ...] = ()
 
     def tool(self, tool: str, *lines: str) -> None:
         self.index[tool] = list(lines)
@@ -451,9 +468,40 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
                 index={k: list(v) for k, v in start.index.items()}, links=dict(start.links),
                 etc=dict(data.get("etc", {})), setenv=dict(data.get("setenv", {})),
                 boot=[str(b) for b in data.get("boot", [])])
+    if "pci" in data:  # physical GPUs on the bus, whether or not the driver enumerates them
+        buses = HGX_BUSES if base_name == "h200x8" or "gpus" in data else ("06", "07")
+        p = replace(p, pci=tuple(f"0000:{buses[int(g)].lower()}:00.0" for g in data["pci"]))
     for e in data.get("edit", []):
         _edit(p, e)
+    if data.get("reset") == "heals":
+        p = heal_on_reset(p, start)
     return p
+
+
+def heal_on_reset(p: Profile, healthy: Profile) -> Profile:
+    """`nvidia-smi -r -i N` answers as nvidia-smi does and, from then on, nvidia-smi answers as
+    `healthy` (the base: what the GPU reports once the reset cleared the fault).
+
+    Output line: "GPU 00000000:14:00.0  was successfully reset." (a public capture of
+    `nvidia-smi -r` on an 8-GPU host, two spaces as printed); one line for the reset GPU.
+    """
+    files, index = dict(p.files), {k: list(v) for k, v in p.index.items()}
+    _head, blocks = q_blocks(healthy.files["q.txt"])
+    resets = []
+    for n, block in enumerate(blocks):
+        bus = block.split()[1]
+        files[f"reset-{n}.txt"] = f"GPU {bus}  was successfully reset.\n"
+        resets += [f"reset reset-{n}.txt - -r -i {n}", f"reset reset-{n}.txt - -i {n} -r",
+                   f"reset reset-{n}.txt - --gpu-reset -i {n}"]
+    healed = []
+    for line in healthy.index["nvidia-smi"]:
+        rc, out, err, pattern = [*line.split(" ", 3), ""][:4]
+        if out != "-":
+            files[f"healed-{out}"] = healthy.files[out]
+            out = f"healed-{out}"
+        healed.append(f"ifreset:{rc} {out} {err} {pattern}")
+    index["nvidia-smi"] = resets + healed + index["nvidia-smi"]
+    return replace(p, files=files, index=index)
 
 
 def profiles() -> list[Profile]:
@@ -494,6 +542,13 @@ def write(p: Profile, root: Path) -> None:
         (base / "boot").mkdir()
         for release in p.boot:
             (base / "boot" / f"vmlinuz-{release}").write_text("")
+    for address in p.pci:
+        # The sysfs ABI's format (drivers/pci/pci-sysfs.c: "0x%04x\n", class "0x%06x\n");
+        # device 0x2335: the capture's H200 (nvidia-smi -q "Device Id : 0x233510DE").
+        dev = base / "sys_bus_pci_devices" / address
+        dev.mkdir(parents=True)
+        for attr, value in (("vendor", "0x10de"), ("class", "0x030200"), ("device", "0x2335")):
+            (dev / attr).write_text(value + "\n")
     if p.setenv:
         (base / "sshd_setenv").write_text("".join(f"{k}={v}\n" for k, v in sorted(p.setenv.items())))
 

@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpufleet import redact
+from gpufleet.engines.slurm import lifecycle
 from gpufleet.model import SEVERITY_ORDER, Finding
 
 REASON_PREFIX = "gpufleet:"
@@ -40,7 +42,7 @@ SETTLE_S = 2.5  # from a claim's stamp to reading everyone's: > CLAIM_LANDED_S
 CLAIM_TRIES = 3
 CLAIM_TTL_S = 300.0  # an older claim is a check that died between claiming and clearing
 
-Action = Literal["none", "drain", "keep", "resume", "leave", "breaker", "error"]
+Action = Literal["none", "drain", "keep", "resume", "leave", "breaker", "error", "relabel", "rma"]
 
 
 class SlurmError(Exception):
@@ -74,6 +76,8 @@ class Plan:
     detail: str = ""
     # breaker: partition -> (limit, gpufleet drains within the window, excluding this node)
     budget: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    # the node's lifecycle step (engines/slurm/lifecycle.py): (from, to)
+    lifecycle: tuple[str, str] = ("in service", "in service")
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -127,13 +131,19 @@ def _timestamp(text: str) -> dt.datetime | None:
 def drain_reason(findings: Sequence[Finding], fail_on: str) -> str | None:
     """`gpufleet: GF402 message (+N more)` for the worst finding at or above fail_on, else None.
 
-    The message came from the host: only printable ASCII survives, on one line, bounded.
+    The message came from the host: secrets are redacted first (every cluster user can read a
+    Reason with `sinfo -R`; the report redacts the same text), then only printable ASCII
+    survives, on one line, bounded.
     """
     bad = [f for f in findings if SEVERITY_ORDER[f.severity] >= SEVERITY_ORDER[fail_on]]
     if not bad:
         return None
-    worst = sorted(bad, key=lambda f: (-SEVERITY_ORDER[f.severity], f.rule))[0]
-    text = re.sub(r"[^\x20-\x7e]+", " ", f"{REASON_PREFIX} {worst.rule} {worst.message}")
+    # An RMA verdict heads the reason whatever else is wrong: it is the node's lifecycle state.
+    worst = sorted(bad, key=lambda f: (f.rule not in lifecycle.RMA_RULES,
+                                       -SEVERITY_ORDER[f.severity], f.rule))[0]
+    message = redact.text(worst.message)
+    head = lifecycle.RMA.rstrip() if worst.rule in lifecycle.RMA_RULES else REASON_PREFIX
+    text = re.sub(r"[^\x20-\x7e]+", " ", f"{head} {worst.rule} {message}")
     text = re.sub(r"\s+", " ", text).strip()
     more = f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""
     if len(text) + len(more) > REASON_MAX:
@@ -169,9 +179,39 @@ def plan(node: str, nodes: Mapping[str, NodeState], reason: str | None, *, share
     if me is None:
         return Plan("error", node, detail=f"Slurm does not know a node named {node!r} "
                     "(set SLURMD_NODENAME or --node to its NodeName)")
+    step = _lifecycle(me, reason, now)
+    if step is not None:
+        return step
+    return _plan(node, me, nodes, reason, share=share, window_s=window_s, now=now)
+
+
+def _lifecycle(me: NodeState, reason: str | None, now: dt.datetime) -> Plan | None:
+    """The lifecycle steps of a node gpufleet drained (None: the plain drain/keep/resume)."""
+    if not me.ours:
+        return None
+    was = lifecycle.state_of(me.reason, True)
+    if was == "rma":
+        return Plan("rma", me.name, reason=me.reason, lifecycle=(was, was),
+                    detail=f"{me.name} is held for RMA ({me.reason}); gpufleet never resumes it: "
+                    f"after the repair, `scontrol update NodeName={me.name} State=RESUME`")
+    if was == "remediating" and not lifecycle.stale(me.reason_time, now):
+        return Plan("keep", me.name, reason=me.reason, lifecycle=(was, was),
+                    detail=f"{me.name} is being remediated ({me.reason}); left to it")
+    if reason is not None and lifecycle.state_of(reason, True) == "rma":
+        return Plan("relabel", me.name, reason=reason, lifecycle=(was, "rma"),
+                    detail=f"{me.name} goes to RMA: {reason}")
+    if reason is not None and was in ("re-validating", "remediating"):
+        return Plan("relabel", me.name, reason=reason, lifecycle=(was, "drained"),
+                    detail=f"{me.name} failed its re-test after remediation: {reason}")
+    return None
+
+
+def _plan(node: str, me: NodeState, nodes: Mapping[str, NodeState], reason: str | None, *,
+          share: float, window_s: float, now: dt.datetime) -> Plan:
+    was = lifecycle.state_of(me.reason, me.drained)
     if reason is None:
         if me.ours:
-            return Plan("resume", node, reason=me.reason,
+            return Plan("resume", node, reason=me.reason, lifecycle=(was, "in service"),
                         detail=f"{node} is healthy again: resuming the drain gpufleet wrote "
                         f"({me.reason})")
         if me.drained:
@@ -180,7 +220,8 @@ def plan(node: str, nodes: Mapping[str, NodeState], reason: str | None, *, share
                         "left as it is")
         return Plan("none", node)
     if me.ours:
-        return Plan("keep", node, reason=me.reason, detail=f"{node} stays drained ({me.reason})")
+        return Plan("keep", node, reason=me.reason, detail=f"{node} stays drained ({me.reason})",
+                    lifecycle=(was, was))
     if me.drained:
         return Plan("leave", node, reason=me.reason,
                     detail=f"{node} is already drained by someone else ({me.reason}); its "
@@ -194,8 +235,10 @@ def plan(node: str, nodes: Mapping[str, NodeState], reason: str | None, *, share
     spent = {p: b for p, b in budget.items() if len(b[1]) >= b[0]}
     if spent:
         return Plan("breaker", node, reason=reason, budget=budget,
-                    detail=_breaker_sentence(node, spent, share, window_s))
-    return Plan("drain", node, reason=reason, budget=budget, detail=f"draining {node}: {reason}")
+                    detail=_breaker_sentence(node, spent, share, window_s),
+                    lifecycle=(was, "suspect"))
+    return Plan("drain", node, reason=reason, budget=budget, detail=f"draining {node}: {reason}",
+                lifecycle=(was, lifecycle.state_of(reason, True)))
 
 
 def decide(node: str, nodes: Mapping[str, NodeState], claim: float, *, share: float,
@@ -298,6 +341,8 @@ class SlurmNode:
                          now=dt.datetime.now())
             if first.action == "resume":
                 self.resume()
+            if first.action == "relabel" and first.reason is not None:
+                self.drain(first.reason)  # already ours and drained: only the reason changes
             if first.action != "drain" or first.reason is None:
                 return first
             return self._claim_and_drain(first.reason, share=share, window_s=window_s)
@@ -305,7 +350,8 @@ class SlurmNode:
             return Plan("error", self.node, reason=reason, detail=str(exc))
 
     def _claim_and_drain(self, reason: str, *, share: float, window_s: float) -> Plan:
-        # The claim goes next to whatever Comment an admin left, which is put back afterwards.
+        # The claim goes next to whatever Comment an admin left. Afterwards only the claim is
+        # taken out of the Comment as it is *then*: an admin may have edited it meanwhile.
         mine = self.nodes(claims=True).get(self.node)
         original = _CLAIM.sub("", mine.comment if mine else "").strip()
         try:
@@ -322,16 +368,29 @@ class SlurmNode:
             second = decide(self.node, self.nodes(claims=True), claim, share=share,
                             window_s=window_s, now=dt.datetime.now(), now_epoch=self._clock())
             if second.action != "drain":
-                return dataclasses.replace(second, reason=reason)
+                return dataclasses.replace(second, reason=reason,
+                                           lifecycle=("in service", "suspect"))
             self.drain(reason)
             return dataclasses.replace(second, reason=reason,
-                                       detail=f"drained {self.node}: {reason}")
+                                       detail=f"drained {self.node}: {reason}",
+                                       lifecycle=("in service",
+                                                  lifecycle.state_of(reason, True)))
         finally:
-            self._update(f"Comment={original}")
+            self._unclaim(original)
+
+    def _unclaim(self, original: str) -> None:
+        """Strip this node's claim token from its Comment as Slurm holds it now (F23)."""
+        try:
+            mine = self.nodes(claims=True).get(self.node)
+            now = mine.comment if mine is not None else original
+        except SlurmError:
+            now = original  # cannot read it back: put back what was there before the claim
+        self._update("Comment=" + re.sub(r"\s{2,}", " ", _CLAIM.sub("", now)).strip())
 
 
 def plan_evidence(p: Plan) -> dict[str, object]:
     return {
         "node": p.node, "action": p.action, "reason": p.reason,
+        "lifecycle": {"from": p.lifecycle[0], "to": p.lifecycle[1]},
         "budget": {k: {"limit": v[0], "drained": list(v[1])} for k, v in p.budget.items()},
     }

@@ -1,0 +1,211 @@
+"""GF430-GF432: Xids that escalate over time, counted per GPU over this run and the saved runs
+(`--save DIR`, the run store), so the tenth Xid of a week no longer reads like the first.
+
+An event is counted once however many saved runs show it (the same kernel log line reappears in
+every run while the ring buffer keeps it): its key is (host, xid, bus, timestamp, message), its
+time the ISO stamp it carries, else the time of the first run that saw it. Like the drift rules,
+these need the store, so `rules.evaluate` does not run them; `escalation_findings` does.
+
+The default limits are published practice (docs/xid.md, "Escalation"):
+- repeat: NVIDIA NVSentinel's health-events-analyzer RepeatedXIDErrorOnSameGPU, 5 fatal Xids on
+  one GPU within 24 h -> CONTACT_SUPPORT (NVIDIA/NVSentinel charts/health-events-analyzer/
+  values.yaml);
+- Xid 13 on one GPC/TPC and Xid 31 on one GPU, 2 within 24 h -> run the diagnostic (same file,
+  RepeatedXID13OnSameGPCAndTPC / RepeatedXID31OnSameGPU);
+- reboot limit: gpud's DefaultRebootThreshold = 2, an Xid that still asks for a reboot after two
+  reboots becomes HARDWARE_INSPECTION (leptonai/gpud components/accelerator/nvidia/xid).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from gpufleet.model import Expectations, Finding, HostSpec
+from gpufleet.rules import xid as xids
+from gpufleet.rules.base import finding
+
+RULES: tuple[str, ...] = ("GF430", "GF431", "GF432")
+# The hardware, not something another reset or reboot fixes: a node gpufleet drains for one of
+# these is held for RMA (engines/slurm/lifecycle.py) and never resumed by gpufleet.
+RMA_RULES: frozenset[str] = frozenset({"GF430", "GF432"})
+
+_GPC_TPC = re.compile(r"\(GPC (\d+), TPC (\d+)")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Escalation thresholds (defaults: module docstring). The counts are inventory variables
+    (gpufleet_xid_repeat_limit, gpufleet_xid13_31_limit, gpufleet_xid_reboot_limit)."""
+
+    repeat_count: int = 5
+    repeat_hours: float = 24.0
+    xid13_31_count: int = 2
+    xid13_31_hours: float = 24.0
+    reboot_limit: int = 2  # reboots that may not fix it before the GPU goes to inspection/RMA
+    reboot_days: float = 7.0
+
+
+@dataclass(frozen=True)
+class _Seen:
+    host: str
+    xid: int
+    bus: str
+    message: str
+    when: datetime
+
+
+def _when(stamp: str | None, run_time: datetime) -> datetime:
+    try:
+        t = datetime.fromisoformat(str(stamp).replace("Z", "+00:00").replace(",", "."))
+    except ValueError:
+        return run_time  # "[ 12.3]" (uptime): no later than the run that saw it
+    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+
+
+def _run_time(doc: Mapping[str, Any]) -> datetime:
+    return _when(str(doc.get("generated_at") or ""), datetime.now(timezone.utc))
+
+
+def events(docs: Iterable[Mapping[str, Any]]) -> list[_Seen]:
+    """Every distinct Xid event of these report documents, oldest run first."""
+    seen: dict[tuple[str, int, str, str, str], _Seen] = {}
+    for doc in sorted(docs, key=lambda d: str(d.get("generated_at") or "")):
+        at = _run_time(doc)
+        for host, h in (doc.get("hosts") or {}).items():
+            for ev in ((h.get("facts") or {}).get("xid_events") or []):
+                try:
+                    code, bus = int(ev["xid"]), str(ev.get("bus_id") or "?")
+                except (KeyError, TypeError, ValueError):
+                    continue  # a saved file is input too
+                msg, stamp = str(ev.get("message") or ""), str(ev.get("timestamp") or "")
+                seen.setdefault((host, code, bus, stamp, msg),
+                                _Seen(host, code, bus, msg, _when(stamp, at)))
+    return list(seen.values())
+
+
+def _within(evs: Sequence[_Seen], hours: float, now: datetime) -> list[_Seen]:
+    return [e for e in evs if now - e.when <= timedelta(hours=hours)]
+
+
+def limits_for(expect: Expectations | None) -> Limits:
+    """A host's limits: its inventory variables (gpufleet_xid_*_limit) over the defaults."""
+    base = Limits()
+    if expect is None:
+        return base
+    return dataclasses.replace(
+        base, repeat_count=expect.xid_repeat_limit or base.repeat_count,
+        xid13_31_count=expect.xid13_31_limit or base.xid13_31_count,
+        reboot_limit=base.reboot_limit if expect.xid_reboot_limit is None
+        else expect.xid_reboot_limit)
+
+
+def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
+             limits: Limits | Callable[[str], Limits] = Limits()) -> list[Finding]:
+    """GF430-GF432 for the hosts of `current` (a report document) over it and `prior` runs;
+    `limits` one for all hosts or per host name."""
+    per_host = limits if callable(limits) else (lambda _host: limits)
+    now = _run_time(current)
+    hosts = set(current.get("hosts") or {})
+    by_gpu: dict[tuple[str, str], list[_Seen]] = defaultdict(list)
+    for e in events([*prior, current]):
+        if e.host in hosts:
+            by_gpu[(e.host, e.bus)].append(e)
+    out: list[Finding] = []
+    for (host, bus), evs in sorted(by_gpu.items()):
+        lim = per_host(host)
+        out += _repeats(host, bus, evs, lim, now)
+        out += _gpc(host, bus, evs, lim, now)
+        out += _reboots(host, bus, evs, lim, now)
+    return out
+
+
+def _evidence(host: str, bus: str, evs: Sequence[_Seen], **more: object) -> dict[str, object]:
+    return {"bus_id": bus, "count": len(evs), "first": evs[0].when.isoformat(),
+            "last": evs[-1].when.isoformat(), "subject": f"{host}@{bus}", **more}
+
+
+def _repeats(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
+             now: datetime) -> list[Finding]:
+    out = []
+    for code in sorted({e.xid for e in evs}):
+        if xids.verdict(code).need in ("none", "app"):
+            continue  # the application's Xids: GF431 counts 13 and 31 its own way
+        hits = sorted(_within([e for e in evs if e.xid == code], lim.repeat_hours, now),
+                      key=lambda e: e.when)
+        if len(hits) >= lim.repeat_count:
+            out.append(finding(
+                "GF430", [host],
+                f"{host}: Xid {code} on {bus} {len(hits)} times within {lim.repeat_hours:g} h "
+                f"(limit {lim.repeat_count})",
+                _evidence(host, bus, hits, xid=code, limit=lim.repeat_count,
+                          window_hours=lim.repeat_hours,
+                          source="NVIDIA/NVSentinel health-events-analyzer "
+                                 "RepeatedXIDErrorOnSameGPU"),
+                bus=bus))
+    return out
+
+
+def _gpc(host: str, bus: str, evs: Sequence[_Seen], lim: Limits, now: datetime) -> list[Finding]:
+    groups: dict[tuple[int, str], list[_Seen]] = defaultdict(list)
+    for e in _within(evs, lim.xid13_31_hours, now):
+        if e.xid == 13 and (m := _GPC_TPC.search(e.message)):
+            groups[(13, f"GPC {m.group(1)}, TPC {m.group(2)}")].append(e)
+        elif e.xid == 31:
+            groups[(31, "the GPU")].append(e)
+    out = []
+    for (code, where), hits in sorted(groups.items()):
+        if len(hits) >= lim.xid13_31_count:
+            hits.sort(key=lambda e: e.when)
+            out.append(finding(
+                "GF431", [host],
+                f"{host}: Xid {code} on {bus}, {where}, {len(hits)} times within "
+                f"{lim.xid13_31_hours:g} h: the same unit again is the hardware, not the job",
+                _evidence(host, bus, hits, xid=code, unit=where, limit=lim.xid13_31_count,
+                          window_hours=lim.xid13_31_hours,
+                          source="NVIDIA/NVSentinel health-events-analyzer "
+                                 f"RepeatedXID{code}OnSame{'GPCAndTPC' if code == 13 else 'GPU'}"),
+                bus=bus))
+    return out
+
+
+def _reboots(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
+             now: datetime) -> list[Finding]:
+    """Each distinct reboot-class Xid is one time the GPU asked for a reboot; past the limit the
+    reboots did not help (the events of one boot repeat with new stamps after the next)."""
+    asks = sorted((e for e in _within(evs, lim.reboot_days * 24, now)
+                   if xids.verdict(e.xid).need == "reboot"), key=lambda e: e.when)
+    if len(asks) <= lim.reboot_limit:
+        return []
+    return [finding(
+        "GF432", [host],
+        f"{host}: the GPU at {bus} asked for a reboot {len(asks)} times within "
+        f"{lim.reboot_days:g} days (Xid {', '.join(sorted({str(e.xid) for e in asks}))}); "
+        f"after {lim.reboot_limit} reboots it is the hardware",
+        _evidence(host, bus, asks, limit=lim.reboot_limit, window_days=lim.reboot_days,
+                  source="leptonai/gpud DefaultRebootThreshold = 2 (HARDWARE_INSPECTION)"),
+        bus=bus)]
+
+
+def escalation_findings(current: Mapping[str, Any], entries: Sequence[Mapping[str, Any]],
+                        load: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+                        specs: Mapping[str, HostSpec] | None = None) -> list[Finding]:
+    """Over the run store (only the saved runs inside the longest window are loaded), each
+    host with the limits of its inventory variables (`specs`)."""
+    specs = specs or {}
+
+    def limits(host: str) -> Limits:
+        spec = specs.get(host)
+        return limits_for(spec.expect if spec is not None else None)
+
+    base = Limits()  # the windows are not per host
+    horizon = _run_time(current) - timedelta(
+        hours=max(base.repeat_hours, base.xid13_31_hours, base.reboot_days * 24))
+    prior = [load(e) for e in entries if _when(str(e.get("generated_at") or ""), horizon)
+             >= horizon]
+    return escalate(current, prior, limits)

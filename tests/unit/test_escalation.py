@@ -1,0 +1,107 @@
+"""GF430-GF432: Xids escalating over this run and the saved runs (rules/escalation.py), on facts
+the real probe script reads from the simulated host profiles."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from test_rules_captures import _probe
+
+from gpufleet.cli import saved
+from gpufleet.history.store import RunStore
+from gpufleet.model import Facts, HostResult, HostSpec, Report, XidEvent
+from gpufleet.report import document
+from gpufleet.rules.escalation import Limits, escalate
+
+BUS = "00000000:00:07.0"
+
+
+@pytest.fixture(scope="module")
+def facts() -> dict[str, Facts]:
+    return {p: _probe(p) for p in ("xid79-repeat", "xid13-burst", "xid", "h200x2")}
+
+
+def _doc(f: Facts, at: str, host: str = "gpu07") -> dict[str, object]:
+    return document(Report(hosts={host: HostResult(host, "ok", None, f)},
+                           specs={host: HostSpec(host, host)}, generated_at=at, level="quick"))
+
+
+def _rules(current: dict[str, object], prior: list[dict[str, object]] | None = None,
+           limits: Limits | None = None) -> dict[str, list[dict[str, object]]]:
+    out: dict[str, list[dict[str, object]]] = {}
+    for f in escalate(current, prior or [], limits or Limits()):
+        out.setdefault(f.rule, []).append(dict(f.evidence))
+    return out
+
+
+def test_a_gpu_that_still_asks_for_a_reboot_after_two_reboots_goes_to_rma(
+        facts: dict[str, Facts]) -> None:
+    """The profile's journald holds three boots, each with Xid 79 on GPU 1 (gpud's limit 2)."""
+    f = facts["xid79-repeat"]
+    assert [e.this_boot for e in f.xid_events] == [None] * 3  # journald spans boots
+    found = _rules(_doc(f, "2026-11-30T12:00:00Z"))
+    (rma,) = found["GF432"]
+    assert rma["count"] == 3 and rma["limit"] == 2 and rma["bus_id"] == BUS
+    assert "gpud" in str(rma["source"])
+    assert "GF432" not in _rules(_doc(f, "2026-11-30T12:00:00Z"), limits=Limits(reboot_limit=3))
+    # Seven days later the first two boots are outside the window: not yet the hardware.
+    assert "GF432" not in _rules(_doc(f, "2026-12-04T12:00:00Z"))
+
+
+def test_repeating_xid_79_across_saved_runs(facts: dict[str, Facts], tmp_path: Path) -> None:
+    """One boot per saved run, each logging Xid 79 again: only the store sees three."""
+    events = facts["xid79-repeat"].xid_events
+    store = RunStore(tmp_path / "runs")
+    for ev, at in zip(events[:2], ("2026-11-26T10:00:00Z", "2026-11-28T10:00:00Z"), strict=True):
+        store.save(_doc(dataclasses.replace(facts["xid79-repeat"], xid_events=(ev,)), at))
+    now = dataclasses.replace(facts["xid79-repeat"], xid_events=events[2:])
+    assert "GF432" not in _rules(_doc(now, "2026-11-30T12:00:00Z"))  # this run alone: once
+    report = Report(hosts={"gpu07": HostResult("gpu07", "ok", None, now)},
+                    specs={"gpu07": HostSpec("gpu07", "gpu07")},
+                    generated_at="2026-11-30T12:00:00Z", level="quick")
+    judged, doc = saved.with_history(report, tmp_path / "runs")
+    (rma,) = [f for f in judged.findings if f.rule == "GF432"]
+    assert rma.evidence["count"] == 3 and rma.severity == "error"
+    assert "GF432" in {f["rule"] for f in doc["findings"]}
+
+
+def test_the_same_line_in_every_saved_run_counts_once(facts: dict[str, Facts]) -> None:
+    f = facts["xid"]  # Xid 48 and 79 once each, uptime-stamped: every run of this boot shows them
+    runs = [_doc(f, f"2026-11-30T0{h}:00:00Z") for h in range(1, 8)]
+    assert _rules(_doc(f, "2026-11-30T09:00:00Z"), runs) == {}
+
+
+def test_an_xid_13_burst_on_one_gpc_tpc(facts: dict[str, Facts]) -> None:
+    found = _rules(_doc(facts["xid13-burst"], "2026-11-30T12:00:00Z"))
+    (burst,) = found["GF431"]
+    assert burst["unit"] == "GPC 3, TPC 1" and burst["count"] == 4  # the ESR line names no unit
+    assert "RepeatedXID13OnSameGPCAndTPC" in str(burst["source"])
+    assert _rules(_doc(facts["h200x2"], "2026-11-30T12:00:00Z")) == {}
+
+
+def test_five_fatal_xids_on_one_gpu_within_24_h(facts: dict[str, Facts]) -> None:
+    def run(n: int) -> dict[str, list[dict[str, object]]]:
+        evs = tuple(XidEvent(48, f"2026-11-30T0{i}:00:00+00:00", BUS, "DBE") for i in range(n))
+        return _rules(_doc(dataclasses.replace(facts["h200x2"], xid_events=evs),
+                           "2026-11-30T12:00:00Z"))
+    (rep,) = run(5)["GF430"]
+    assert rep["xid"] == 48 and rep["count"] == 5 and rep["limit"] == 5
+    assert "GF430" not in run(4)
+
+
+def test_limits_are_inventory_variables(facts: dict[str, Facts], tmp_path: Path) -> None:
+    """gpufleet_xid_reboot_limit (and the other two) per host, read as hostvars are."""
+    from gpufleet.inventory import spec_from_vars  # noqa: PLC0415
+    from gpufleet.rules.escalation import escalation_findings  # noqa: PLC0415
+
+    doc = _doc(facts["xid79-repeat"], "2026-11-30T12:00:00Z")
+    strict = {"gpu07": spec_from_vars("gpu07", {})}
+    lenient = {"gpu07": spec_from_vars("gpu07", {"gpufleet_xid_reboot_limit": 3,
+                                                 "gpufleet_xid13_31_limit": 9})}
+    assert [f.rule for f in escalation_findings(doc, [], lambda e: e, strict)] == ["GF432"]
+    assert escalation_findings(doc, [], lambda e: e, lenient) == []
+    burst = _doc(facts["xid13-burst"], "2026-11-30T12:00:00Z")
+    assert escalation_findings(burst, [], lambda e: e, lenient) == []
+    assert [f.rule for f in escalation_findings(burst, [], lambda e: e, strict)] == ["GF431"]
