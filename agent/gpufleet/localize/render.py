@@ -10,6 +10,7 @@ from typing import Any
 from gpufleet.localize.search import Suspect
 from gpufleet.localize.worlds import LocalizeRun
 from gpufleet.model import HostSpec
+from gpufleet.redact import clean
 
 Doc = dict[str, Any]
 
@@ -55,7 +56,9 @@ def section(run: LocalizeRun) -> Doc:
             "cleared_by": list(sus.cleared_by), "reason": sus.reason,
             "remediation": remediation(sus, run.specs, ids),
         })  # fmt: skip
-    return {
+    # World errors, reasons and exclusions are host output: inert here, once, for every format
+    # (security review F8: escapes reached the terminal and tokens the JSON).
+    doc: Doc = clean({
         "outcome": s.outcome,
         "strategy": s.strategy,
         "expectation": run.expectation,
@@ -68,7 +71,8 @@ def section(run: LocalizeRun) -> Doc:
         "wall_s": s.wall_s,
         "worlds": worlds,
         "notes": list(s.notes),
-    }
+    })
+    return doc
 
 
 def _members(members: list[str], limit: int = 6) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from gpufleet.localize.judge import Expectation, Measured
 from gpufleet.localize.search import Localization, Strategy, localize
 from gpufleet.model import Facts, HostResult, HostSpec, SmokeResult
+from gpufleet.redact import text as inert
 from gpufleet.sweep.fanout import fan_out
 from gpufleet.sweep.sweep import connect_and_probe
 from gpufleet.transport import Transport, TransportError
@@ -124,16 +125,29 @@ def _versions(transport: Transport, spec: HostSpec) -> dict[str, str | None] | s
     if spec.expect.smoke_runtime == "docker":
         return {}  # the image digest pins them; run_multinode checks inside the image
     res = transport.run([spec.expect.smoke_python, "-c", _VERSIONS], timeout=60)
-    line = (res.stdout.strip().splitlines() or [""])[-1]
+    return parse_versions(res.stdout, res.stderr, res.rc, spec.expect.smoke_python)
+
+
+def parse_versions(stdout: str, stderr: str, rc: int | None,
+                   python: str) -> dict[str, str | None] | str:
+    """The _VERSIONS script's last line as {"torch", "cuda", "nccl"}: each a string or None,
+    or a sentence saying why not. The host's answer is untrusted: a list or a number there
+    crashed the exclusions for every host (security review F16), so anything but a string or
+    null makes this one host's versions unreadable."""
+    line = (stdout.strip().splitlines() or [""])[-1]
     try:
         got = json.loads(line)
     except ValueError:
-        return f"could not read torch versions: {(res.stderr.strip() or f'exit {res.rc}')[-300:]}"
+        return f"could not read torch versions: {(stderr.strip() or f'exit {rc}')[-300:]}"
     if not isinstance(got, dict):
-        return "could not read torch versions"
+        return "could not read torch versions: not a JSON object"
     if got.get("error") or not got.get("torch"):
-        return f"no usable torch for {spec.expect.smoke_python}: {got.get('error', 'not found')}"
-    return {k: got.get(k) for k in ("torch", "cuda", "nccl")}
+        return f"no usable torch for {python}: {inert(got.get('error') or 'not found')[:300]}"
+    picked = {k: got.get(k) for k in ("torch", "cuda", "nccl")}
+    odd = sorted(k for k, v in picked.items() if v is not None and not isinstance(v, str))
+    if odd:
+        return f"could not read torch versions: {', '.join(odd)} not a string"
+    return {k: v if v is None else inert(v)[:100] for k, v in picked.items()}
 
 
 def _exclusions(
@@ -176,6 +190,12 @@ def _baseline(expectation: Expectation | None,
     return None, "this run's worlds (median of same-size worlds minus margin)"
 
 
+def progress_line(show: Callable[[str], None]) -> Callable[[str], None]:
+    """`show`, with each line made inert first: progress carries host output (smoke errors,
+    exclusion reasons), and stderr is a terminal (security review F8)."""
+    return lambda text: show(inert(text))
+
+
 def run_localize(
     specs: Sequence[HostSpec],
     *,
@@ -195,7 +215,7 @@ def run_localize(
     the inventory floor; without either, the run's own worlds are the baseline."""
     from gpufleet.smoke.runner import run_multinode  # noqa: PLC0415
 
-    say = progress or (lambda text: print(f"gpufleet: {text}", file=sys.stderr))
+    say = progress_line(progress or (lambda text: print(f"gpufleet: {text}", file=sys.stderr)))
     held: dict[str, Transport] = {}
     versions: dict[str, dict[str, str | None] | str] = {}
     lock = threading.Lock()
