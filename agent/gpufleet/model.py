@@ -255,6 +255,25 @@ class IbPort:
 
 
 @dataclass(frozen=True)
+class IbLink:
+    """One RDMA port's health as /sys/class/infiniband/DEVICE/ports/PORT shows it (probes/ib.py
+    has the layout and its sources). A field not read is None (or empty)."""
+
+    device: str  # "mlx5_0"
+    port: str  # "1"
+    state: str | None = None  # "ACTIVE" (state: "4: ACTIVE")
+    phys_state: str | None = None  # "LinkUp" (phys_state: "5: LinkUp")
+    link_layer: str | None = None  # "InfiniBand" | "Ethernet" (RoCE)
+    counters: Mapping[str, int] = field(default_factory=dict)  # counters/*: link_downed, …
+    hw_counters: Mapping[str, int] = field(default_factory=dict)  # hw_counters/* (driver's)
+    pkeys: tuple[str, ...] = ()  # the non-zero pkeys/* entries, "0xffff"
+    gid0: str | None = None  # gids/0
+    netdev: str | None = None  # RoCE: gid_attrs/ndevs/0
+    carrier_changes: int | None = None  # /sys/class/net/NETDEV/carrier_changes (RoCE)
+    ber: str | None = None  # mlxlink's effective physical BER; None: not collected
+
+
+@dataclass(frozen=True)
 class PciFunction:
     """An NVIDIA display or 3D controller on the PCI bus, as the kernel's sysfs lists it."""
 
@@ -313,6 +332,7 @@ class Facts:
     pci_gpus: tuple[PciFunction, ...] | None = None
     # RDMA ports and their rates (sysfs); () = no RDMA device, None = not read
     ib_ports: tuple[IbPort, ...] | None = None
+    ib_links: tuple[IbLink, ...] | None = None  # per-port state and counters; None: not read
 
     @property
     def gpu_count(self) -> int:

@@ -19,6 +19,7 @@ from gpufleet.report import document
 from gpufleet.report.diff import diff_reports
 from gpufleet.report.history_text import render_history
 from gpufleet.report.pipeline import amend
+from gpufleet.rules.fabric import delta_findings
 from gpufleet.rules.history import drift_findings
 
 
@@ -69,7 +70,9 @@ def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any
     store = RunStore(store_dir)
     try:
         entries = store.entries()
-        report = amend(report, drift_findings(document(report), entries))
+        report = amend(report, drift_findings(document(report), entries)
+                       + (delta_findings(document(report), store.load(entries[-1]))
+                          if entries else []))
         doc = document(report)
         doc["history"] = history_section(doc, entries, store.load)
     except StoreError as exc:

@@ -40,6 +40,7 @@ FAMILIES: tuple[Family, ...] = (
     nccl.NCCL_CONFIG,
     pci.PCI_GPUS,
     ib.IB_PORTS,
+    ib.IB_LINKS,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

@@ -272,6 +272,60 @@ _RULES: tuple[RuleInfo, ...] = (
              meaning="`nvidia-smi` reports ECC mode `Disabled` on a GPU that has ECC memory: "
                      "memory errors go undetected and uncorrected (GF402-GF404 cannot see them). "
                      "GPUs without ECC report `N/A` and are not judged."),
+    # GF45x: the RDMA fabric (rules/fabric.py); thresholds and their sources are that module's.
+    RuleInfo("GF450", "error", "RDMA port down",
+             "check the cable, transceiver and switch port of {nic} on {host} (`ibstat {dev} "
+             "{port}`, `mlxlink -d {dev}`); keep {host} out of multi-host jobs until it is "
+             "ACTIVE/LinkUp",
+             meaning="An InfiniBand or RoCE port in /sys/class/infiniband is not `ACTIVE` or "
+                     "its physical state is not `LinkUp`: traffic on that rail falls back or "
+                     "stops.",
+             doc_fill={"nic": "the port", "dev": "DEV", "port": "PORT"}),
+    RuleInfo("GF451", "warning", "RDMA port below the rate of its peers",
+             "reseat or replace the cable/transceiver of {nic} on {host} and check the switch "
+             "port's speed (`mlxlink -d {dev}`): it trained at {rate} Gb/s, its peers at "
+             "{expected} Gb/s",
+             meaning="A port's rate is below the fastest port of the same link layer on the "
+                     "same host (a link that trained at a lower width or speed: HDR on an NDR "
+                     "fabric, 2X instead of 4X).",
+             doc_fill={"nic": "the port", "dev": "DEV", "rate": "R", "expected": "E"}),
+    RuleInfo("GF452", "warning", "PKey differs inside an inventory group",
+             "align the partition of {host} with its group {group} (the subnet manager's "
+             "partitions.conf, or the SR-IOV/VF PKey): most hosts have {majority}",
+             meaning="Hosts in one inventory group whose RDMA ports carry different PKey sets: "
+                     "a job across them cannot open queue pairs in one partition (ClusterMAX's "
+                     "IB PKey criterion).",
+             doc_fill={"group": "GROUP", "majority": "the majority's PKeys"}),
+    RuleInfo("GF455", "error", "fatal RDMA counter rose between runs",
+             "drain {host} from multi-host jobs; check {nic}'s cable, transceiver and switch "
+             "port (`mlxlink -d {dev} -c`, `perfquery`); the counter {counter} rose by {delta}",
+             meaning="Between two saved runs a counter NVSentinel treats as fatal rose at all: "
+                     "`link_downed`, `local_link_integrity_errors`, "
+                     "`excessive_buffer_overrun_errors` or `rnr_nak_retry_err` (Δ>0).",
+             doc_fill={"nic": "the port", "dev": "DEV", "counter": "COUNTER", "delta": "N"}),
+    RuleInfo("GF456", "error", "RDMA symbol errors above the IBTA rate",
+             "replace the cable or transceiver of {nic} on {host} (`mlxlink -d {dev} -c` shows "
+             "the BER): {rate} symbol errors/h, threshold {threshold}/h",
+             meaning="`symbol_error` rose faster than 120 per hour between two saved runs "
+                     "(NVSentinel's symbol_error_fatal: the IBTA bit error rate of 1e-12 at "
+                     "line rate).",
+             doc_fill={"nic": "the port", "dev": "DEV", "rate": "R", "threshold": "120"}),
+    RuleInfo("GF457", "warning", "RDMA error counter rate above its threshold",
+             "check {nic} on {host} and its switch port (`perfquery`, `mlxlink -d {dev}`): "
+             "{counter} at {rate} {unit}, threshold {threshold} {unit}",
+             meaning="The average rate of a non-fatal error counter between two saved runs is "
+                     "above NVSentinel's threshold: `link_error_recovery` >5/min, "
+                     "`port_rcv_errors` >10/s, `port_xmit_discards` >100/s, "
+                     "`local_ack_timeout_err` >1/s.",
+             doc_fill={"nic": "the port", "dev": "DEV", "counter": "COUNTER", "rate": "R",
+                       "unit": "per s|min", "threshold": "T"}),
+    RuleInfo("GF458", "error", "RDMA link flapping",
+             "drain {host} from multi-host jobs and check {nic}'s cable and switch port: "
+             "{flaps} link losses in {hours} h (threshold {threshold} per 24 h)",
+             meaning="A RoCE netdev lost carrier 5 times or more in 24 hours between two saved "
+                     "runs (`carrier_changes` counts each loss and each return; Azure's "
+                     "check_ib_link_flapping: 5 in 24 h).",
+             doc_fill={"nic": "the port", "flaps": "N", "hours": "H", "threshold": "5"}),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "

@@ -1,0 +1,203 @@
+"""GF450-GF458: the RDMA fabric from each port's sysfs facts (Facts.ib_links, Facts.ib_ports).
+
+One run (`check`): a port down (GF450), a port below the rate of its peers on the host (GF451),
+PKeys that differ inside an inventory group (GF452). Two runs (`delta_findings`, called where a
+run store holds the previous run: counters only mean something as a rate): a fatal counter that
+rose at all (GF455), symbol errors per hour (GF456), non-fatal error rates (GF457), RoCE carrier
+flaps per 24 h (GF458). A counter that went down was reset (driver reload, reboot): that port
+is not judged for that pair of runs.
+
+Thresholds and their sources (the anchors review, ../shared/reviews/anchors-2026-12-01.md §1C):
+NVSentinel docs/nic-health-monitor/link-counter-detection.md for the counters (fatal: Δ>0 of
+link_downed, excessive_buffer_overrun_errors, local_link_integrity_errors, rnr_nak_retry_err;
+symbol_error_fatal >120/h, the IBTA BER of 1e-12; non-fatal: link_error_recovery >5/min,
+port_rcv_errors >10/s, port_xmit_discards >100/s, local_ack_timeout_err >1/s) and Azure's
+azurehpc-health-checks check_ib_link_flapping for flaps (5 in 24 h).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from gpufleet.model import Finding, IbLink
+from gpufleet.rules.base import Ctx, finding
+
+# The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
+RULES: tuple[str, ...] = ("GF450", "GF451", "GF452", "GF455", "GF456", "GF457", "GF458")
+
+FATAL = (("counters", "link_downed"), ("counters", "local_link_integrity_errors"),
+         ("counters", "excessive_buffer_overrun_errors"), ("hw_counters", "rnr_nak_retry_err"))
+SYMBOL_ERRORS_PER_HOUR = 120.0
+# (table, counter, threshold, seconds per unit, unit)
+RATES = (("counters", "link_error_recovery", 5.0, 60.0, "per min"),
+         ("counters", "port_rcv_errors", 10.0, 1.0, "per s"),
+         ("counters", "port_xmit_discards", 100.0, 1.0, "per s"),
+         ("hw_counters", "local_ack_timeout_err", 1.0, 1.0, "per s"))
+FLAPS_PER_DAY = 5
+
+
+def nic(link: IbLink | Mapping[str, Any]) -> str:
+    if isinstance(link, IbLink):
+        return f"{link.device}/{link.port}"
+    return f"{link.get('device')}/{link.get('port')}"
+
+
+def check(ctx: Ctx) -> Iterable[Finding]:
+    pkeys: dict[str, dict[str, tuple[str, ...]]] = {}
+    for host, facts in ctx.with_facts():
+        links = facts.ib_links or ()
+        for link in links:
+            if link.state not in (None, "ACTIVE") or link.phys_state not in (None, "LinkUp"):
+                yield finding(
+                    "GF450", [host.name],
+                    f"{host.name}: RDMA port {nic(link)} is {link.state or '?'}/"
+                    f"{link.phys_state or '?'} ({link.link_layer or 'link layer unknown'})",
+                    {"nic": nic(link), "state": link.state, "phys_state": link.phys_state,
+                     "link_layer": link.link_layer},
+                    nic=nic(link), dev=link.device, port=link.port)
+        yield from _slow_ports(host.name, facts.ib_ports or (), links)
+        keys = tuple(sorted({k for link in links for k in link.pkeys}))
+        if keys:
+            for group in ctx.groups(host.name):
+                pkeys.setdefault(group, {})[host.name] = keys
+    for group, by_host in sorted(pkeys.items()):
+        yield from _pkey_mismatch(group, by_host)
+
+
+def _slow_ports(host: str, ports: Sequence[Any], links: Sequence[IbLink]) -> Iterable[Finding]:
+    layer = {nic(link): link.link_layer for link in links}
+    active = {nic(link) for link in links if link.state in (None, "ACTIVE")}
+    rated = [(f"{p.device}/{p.port}", p.rate_gbit) for p in ports if p.rate_gbit]
+    for name, rate in rated:
+        if name not in active:
+            continue  # a port down is GF450's
+        peers = [r for n, r in rated if n != name and n in active
+                 and layer.get(n) == layer.get(name)]
+        best = max(peers, default=None)
+        if best is not None and rate < best:
+            yield finding(
+                "GF451", [host],
+                f"{host}: RDMA port {name} runs at {rate:g} Gb/s, its peers at {best:g} Gb/s",
+                {"nic": name, "rate_gbit": rate, "expected_gbit": best,
+                 "judged_by": "the host's fastest port of the same link layer"},
+                nic=name, dev=name.split("/", maxsplit=1)[0], rate=f"{rate:g}",
+                expected=f"{best:g}")
+
+
+def _pkey_mismatch(group: str, by_host: Mapping[str, tuple[str, ...]]) -> Iterable[Finding]:
+    if len(set(by_host.values())) < 2:
+        return
+    common, count = Counter(by_host.values()).most_common(1)[0]
+    if count * 2 <= len(by_host):
+        common = ()  # no majority: every host is named against the group
+    for host, keys in sorted(by_host.items()):
+        if keys != common:
+            yield finding(
+                "GF452", [host],
+                f"{host}: RDMA PKeys {', '.join(keys)} differ from group {group}'s "
+                f"{', '.join(common) or '(no majority)'}",
+                {"group": group, "pkeys": list(keys), "majority": list(common),
+                 "group_pkeys": {h: list(k) for h, k in sorted(by_host.items())}},
+                group=group, majority=", ".join(common) or "(no majority)")
+
+
+# ---------------------------------------------------------------------------- between runs
+
+
+def _when(hdoc: Mapping[str, Any]) -> datetime | None:
+    facts = hdoc.get("facts")
+    stamp = facts.get("collected_at") if isinstance(facts, Mapping) else None
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")) if stamp else None
+    except ValueError:
+        return None
+
+
+def _links(hdoc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    facts = hdoc.get("facts")
+    links = facts.get("ib_links") if isinstance(facts, Mapping) else None
+    if not isinstance(links, list):
+        return {}
+    return {nic(link): link for link in links if isinstance(link, Mapping)}
+
+
+def _count(link: Mapping[str, Any], table: str, name: str) -> int | None:
+    values = link.get(table)
+    value = values.get(name) if isinstance(values, Mapping) else link.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def delta_findings(doc: Mapping[str, Any], previous: Mapping[str, Any]) -> list[Finding]:
+    """GF455-GF458: each host's ports in `doc` against the same ports in `previous` (an older
+    report document of the same hosts, e.g. the run store's last run)."""
+    out: list[Finding] = []
+    before_hosts = previous.get("hosts") if isinstance(previous.get("hosts"), Mapping) else {}
+    for host, hdoc in sorted((doc.get("hosts") or {}).items()):
+        old = before_hosts.get(host) if isinstance(before_hosts, Mapping) else None
+        if not isinstance(hdoc, Mapping) or not isinstance(old, Mapping):
+            continue
+        t0, t1 = _when(old), _when(hdoc)
+        if t0 is None or t1 is None or t1 <= t0:
+            continue
+        hours = (t1 - t0).total_seconds() / 3600
+        before = _links(old)
+        for name, link in sorted(_links(hdoc).items()):
+            if name in before:
+                out.extend(_port_deltas(host, name, before[name], link, hours=hours,
+                                        since=str(old["facts"]["collected_at"])))
+    return out
+
+
+def _port_deltas(host: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any], *,
+                 hours: float, since: str) -> Iterable[Finding]:
+    dev = name.split("/", maxsplit=1)[0]
+    base = {"nic": name, "interval_h": round(hours, 3), "since": since,
+            "judged_by": "counter delta between two runs"}
+
+    def delta(table: str, counter: str) -> int | None:
+        a, b = _count(old, table, counter), _count(new, table, counter)
+        if a is None or b is None or b < a:
+            return None  # not read, or reset since (driver reload, reboot)
+        return b - a
+
+    for table, counter in FATAL:
+        d = delta(table, counter)
+        if d:
+            yield finding("GF455", [host],
+                          f"{host}: {counter} on {name} rose by {d} in {hours:.3g} h",
+                          {**base, "counter": counter, "delta": d, "threshold": "Δ>0"},
+                          nic=name, dev=dev, counter=counter, delta=d)
+    d = delta("counters", "symbol_error")
+    if d and d / hours > SYMBOL_ERRORS_PER_HOUR:
+        rate = d / hours
+        yield finding("GF456", [host],
+                      f"{host}: {d} symbol errors on {name} in {hours:.3g} h ({rate:.4g}/h)",
+                      {**base, "counter": "symbol_error", "delta": d, "per_hour": round(rate, 3),
+                       "threshold_per_hour": SYMBOL_ERRORS_PER_HOUR},
+                      nic=name, dev=dev, rate=f"{rate:.4g}",
+                      threshold=f"{SYMBOL_ERRORS_PER_HOUR:g}")
+    for table, counter, limit, unit_s, unit in RATES:
+        d = delta(table, counter)
+        rate = d / (hours * 3600 / unit_s) if d else 0.0
+        if rate > limit:
+            yield finding("GF457", [host],
+                          f"{host}: {counter} on {name} at {rate:.4g} {unit} over {hours:.3g} h",
+                          {**base, "counter": counter, "delta": d, "rate": round(rate, 4),
+                           "unit": unit, "threshold": limit},
+                          nic=name, dev=dev, counter=counter, rate=f"{rate:.4g}", unit=unit,
+                          threshold=f"{limit:g}")
+    d = delta("", "carrier_changes")
+    # carrier_changes counts each loss and each return of carrier: a flap is two.
+    flaps = (d or 0) // 2
+    per_day = flaps * 24 / max(hours, 24.0)
+    if flaps and per_day >= FLAPS_PER_DAY:
+        yield finding("GF458", [host],
+                      f"{host}: {name} ({new.get('netdev')}) lost carrier {flaps} times in "
+                      f"{hours:.3g} h",
+                      {**base, "netdev": new.get("netdev"), "carrier_changes_delta": d,
+                       "flaps": flaps, "per_24h": round(per_day, 3),
+                       "threshold_per_24h": FLAPS_PER_DAY},
+                      nic=name, flaps=flaps, hours=f"{hours:.3g}", threshold=FLAPS_PER_DAY)

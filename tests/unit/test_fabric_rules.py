@@ -1,0 +1,119 @@
+"""The RDMA fabric rules (GF450-GF458) on simulated sysfs trees, through the shipped probe.
+
+Each case under tests/fixtures/fabric/ is one short file: the host's ports in a first run
+(`ports`, or `hosts` for several), what changed by a second run `hours` later (`after`), and the
+findings expected (`expect`: rule -> the NIC, or the host for group rules; {} = none). The tree
+is written in the kernel's layout (tests/harness/sysfs_ib.py names the sources), the real
+probe.sh reads it, the real parser and rules judge it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpufleet.model import Facts, HostResult, HostSpec, Report, to_jsonable
+from gpufleet.probes import probe_script
+from gpufleet.probes.collect import parse_probe_output
+from gpufleet.rules import evaluate
+from gpufleet.rules.fabric import delta_findings
+from harness.sysfs_ib import merged, write_tree
+
+CASES = sorted((Path(__file__).parents[1] / "fixtures" / "fabric").glob("*.yaml"))
+T0 = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
+
+
+def probe(root: Path, ports: dict[str, Any], when: datetime) -> Facts:
+    env = {**os.environ, **write_tree(root, ports),
+           "GPUFLEET_SYS_PCI_DEVICES": str(root / "no-pci")}
+    out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
+                         text=True, env=env, timeout=120, check=False).stdout
+    return parse_probe_output(out, collected_at=when.isoformat())
+
+
+def doc(facts: dict[str, Facts]) -> dict[str, Any]:
+    return {"hosts": {h: {"status": "ok", "facts": to_jsonable(f)} for h, f in facts.items()}}
+
+
+def run_case(case: dict[str, Any], tmp: Path) -> set[tuple[str, str]]:
+    hosts = case.get("hosts") or {"gpu01": case["ports"]}
+    t1 = T0 + timedelta(hours=case["hours"])
+    before, after = {}, {}
+    for host, ports in hosts.items():
+        before[host] = probe(tmp / host / "0", ports, T0)
+        changed = {n: merged(p, (case.get("after") or {}).get(n)) for n, p in ports.items()}
+        after[host] = probe(tmp / host / "1", changed, t1)
+    specs = {h: HostSpec(h, h, groups=("rack1",)) for h in hosts}
+    report = Report(hosts={h: HostResult(h, "ok", facts=f) for h, f in after.items()},
+                    specs=specs)
+    found = [f for f in evaluate(report) if f.rule.startswith("GF45")]
+    found += delta_findings(doc(after), doc(before))
+    return {(f.rule, str(f.evidence.get("nic") or f.hosts[0])) for f in found}
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_fabric_case(path: Path, tmp_path: Path) -> None:
+    case = yaml.safe_load(path.read_text())
+    assert case["source"], f"{path.name}: every simulated tree says where its facts come from"
+    assert run_case(case, tmp_path) == set(case["expect"].items())
+
+
+def test_the_probe_reads_every_part_of_a_port(tmp_path: Path) -> None:
+    ports = {"mlx5_0/1": {"link_layer": "Ethernet", "netdev": "ens1f0np0", "carrier_changes": 9,
+                          "counters": {"link_downed": 2}, "hw_counters": {"rnr_nak_retry_err": 5},
+                          "pkeys": ["0xffff", "0x8001"]}}
+    facts = probe(tmp_path, ports, T0)
+    (link,) = facts.ib_links or ()
+    assert (link.device, link.port, link.state, link.phys_state, link.link_layer) == (
+        "mlx5_0", "1", "ACTIVE", "LinkUp", "Ethernet")
+    assert link.counters["link_downed"] == 2 and len(link.counters) == 16
+    assert link.hw_counters["rnr_nak_retry_err"] == 5
+    assert link.pkeys == ("0x8001", "0xffff")  # the empty 0x0000 slots are not listed
+    assert (link.netdev, link.carrier_changes) == ("ens1f0np0", 9)
+    assert link.ber is None  # mlxlink is not collected
+    assert facts.ib_ports and facts.ib_ports[0].rate_gbit == 400.0
+    assert "ib_links" not in facts.errors
+
+
+def test_hostile_lines_are_skipped_not_trusted() -> None:
+    from gpufleet.probes.ib import parse_ib_links  # noqa: PLC0415
+
+    text = ("state 4: ACTIVE\n"  # before any port: no port to give it to
+            "port mlx5_0 1\nstate 4: ACTIVE\ncounter link_downed 18446744073709551615999\n"
+            "counter symbol_error N/A (no PMA)\ncounter $(reboot) 1\npkey 0 0xffff\n"
+            "netdev ../../etc\ncarrier_changes 4\nport bad/dev 1\n")
+    (link,) = parse_ib_links(text)
+    assert link.state == "ACTIVE" and link.counters == {} and link.pkeys == ("0xffff",)
+    assert link.netdev is None and link.carrier_changes is None
+    assert dataclasses.replace(link) == link
+
+
+def test_check_save_judges_counters_against_the_stores_last_run(tmp_path: Path) -> None:
+    # The path `gpufleet check --save DIR` takes (cli/saved.py with_history): the previous
+    # run from the store is the "before" of every counter.
+    from gpufleet.cli.saved import with_history  # noqa: PLC0415
+    from gpufleet.history.store import RunStore  # noqa: PLC0415
+    from gpufleet.report import document  # noqa: PLC0415
+    from gpufleet.report.pipeline import judge  # noqa: PLC0415
+
+    ports = {"mlx5_0/1": {}, "mlx5_1/1": {}}
+    runs = []
+    for i, change in enumerate(({}, {"mlx5_1/1": {"counters": {"link_downed": 1}}})):
+        when = T0 + timedelta(hours=4 * i)
+        facts = probe(tmp_path / str(i), {n: merged(p, change.get(n)) for n, p in ports.items()},
+                      when)
+        runs.append(judge(Report(hosts={"gpu01": HostResult("gpu01", "ok", facts=facts)},
+                                 generated_at=when.isoformat())))
+    store = tmp_path / "store"
+    RunStore(store).save(document(runs[0]))
+    report, _ = with_history(runs[1], store)
+    (hit,) = [f for f in report.findings if f.rule == "GF455"]
+    assert hit.evidence["nic"] == "mlx5_1/1" and hit.evidence["delta"] == 1
+    assert hit.evidence["interval_h"] == 4.0 and hit.severity == "error"
