@@ -390,6 +390,31 @@ class RankInfo:
 
 
 @dataclass(frozen=True)
+class NcclConnection:
+    """One rank-to-rank connection as NCCL's init log names it (smoke/transport.py)."""
+
+    src: int  # global rank
+    dst: int
+    transport: str  # "P2P/CUMEM", "P2P/IPC", "SHM/direct/direct", "NET/IB", "NET/Socket", …
+    channels: int = 0  # how many channel lines named it
+    net_dev: int | None = None  # NET: the NCCL net device index
+    gdr: bool | None = None  # NET: GPUDirect RDMA ("/GDRDMA"); None for P2P/SHM
+    proxy: bool = False  # NET: sent through another rank's NIC (PXN)
+
+
+@dataclass(frozen=True)
+class TransportRecord:
+    """Which transports a smoke world's collectives really used (issue 27 item 3)."""
+
+    source: str  # "nccl init log" | "gloo" (gloo has no transport choice: TCP)
+    network: str | None = None  # NCCL's "Using network IB|Socket"; "gloo/tcp"; None: not logged
+    connections: tuple[NcclConnection, ...] = ()
+    hcas: tuple[str, ...] = ()  # "NET/IB : Using [0]mlx5_0:1/IB ..." -> "mlx5_0:1/IB"
+    ib_absent: bool = False  # "NET/IB : No device found."
+    nvls_channels: int | None = None  # "N nvls channels" (0: NVLS not used)
+
+
+@dataclass(frozen=True)
 class SmokeResult:
     status: SmokeStatus
     level: str = "quick"
@@ -408,6 +433,7 @@ class SmokeResult:
     # Why it failed, per rank (exit code or signal, OOM hint, last phase and collective,
     # errors), the launcher watchdog's verdict, new kernel XID lines, deadlines (smoke/verdict.py)
     causes: Mapping[str, Any] = field(default_factory=dict)
+    transport: TransportRecord | None = None  # None: not recorded (single GPU, no log)
 
 
 # --------------------------------------------------------------------------- results

@@ -396,6 +396,24 @@ _RULES: tuple[RuleInfo, ...] = (
                      " (code or signal, OOM-killer hint), last phase and collective, the watchdog "
                      "verdict, new XID lines and the deadline record (docs/smoke.md, \"Failure "
                      "causes\")."),
+    # GF62x: the transport the smoke world really used (rules/fabric.py)
+    RuleInfo("GF620", "error", "multinode world fell back to sockets",
+             "make the HCAs reach the ranks on {host} ({cause}); then rerun `gpufleet smoke "
+             "--multinode -l {host}` and check that its transport record says NET/IB",
+             meaning="A multinode NCCL world whose hosts have RDMA ports up ran its network "
+                     "connections over `NET/Socket` (NCCL's own init log, recorded per "
+                     "connection): it still passes, at a fraction of the speed. The likely "
+                     "cause is named: NCCL_IB_DISABLE or NCCL_NET=Socket in a file or the "
+                     "environment, or no IB device visible to the ranks.",
+             doc_fill={"cause": "the cause found"}),
+    RuleInfo("GF621", "warning", "NVLink GPUs talked through shared memory",
+             "find what disabled peer-to-peer on {host} (NCCL_P2P_DISABLE or NCCL_P2P_LEVEL in "
+             "`gpufleet facts -l {host}`' nccl_config, an IOMMU/ACS setting), then rerun "
+             "`gpufleet smoke -l {host}`",
+             meaning="In a one-host multi-GPU run NCCL connected GPUs that `nvidia-smi topo -m` "
+                     "shows joined by NVLink through `SHM` instead of `P2P`: about a tenth of "
+                     "the bandwidth (27 vs 346 GB/s on the captured 2xH200, "
+                     "tests/fixtures/h200x2-2026-11-30/README.md)."),
     # ---------------------------------------------------------------- GF53x deeper checks
     # (smoke/remote/deep.py; {fix} is what the script chose from what it measured)
     RuleInfo("GF530", "warning", "pinned host-device bandwidth below the GPU's PCIe link",

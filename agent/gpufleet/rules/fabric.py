@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpufleet.model import Finding, IbLink
+from gpufleet.model import Facts, Finding, IbLink, SmokeResult
 from gpufleet.rules.base import Ctx, finding
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
-RULES: tuple[str, ...] = ("GF450", "GF451", "GF452", "GF455", "GF456", "GF457", "GF458")
+RULES: tuple[str, ...] = ("GF450", "GF451", "GF452", "GF455", "GF456", "GF457", "GF458",
+                          "GF620", "GF621")
 
 FATAL = (("counters", "link_downed"), ("counters", "local_link_integrity_errors"),
          ("counters", "excessive_buffer_overrun_errors"), ("hw_counters", "rnr_nak_retry_err"))
@@ -65,6 +66,65 @@ def check(ctx: Ctx) -> Iterable[Finding]:
                 pkeys.setdefault(group, {})[host.name] = keys
     for group, by_host in sorted(pkeys.items()):
         yield from _pkey_mismatch(group, by_host)
+    by_name = {h.name: f for h, f in ctx.with_facts()}
+    for host, smoke in ctx.with_smoke():
+        yield from _transport(host.name, smoke, by_name)
+
+
+# ---------------------------------------------------------------------------- transports
+
+
+def _has_rdma(facts: Facts | None) -> bool:
+    return any(link.state == "ACTIVE" for link in (facts.ib_links or ())) if facts else False
+
+
+def _causes(smoke: SmokeResult, members: Sequence[str], facts: Mapping[str, Facts]) -> list[str]:
+    """Why NCCL may have picked sockets, from what the run and the facts show."""
+    out = []
+    for name in members:
+        f = facts.get(name)
+        conf = f.nccl_config if f else None
+        for s in conf.effective if conf else ():
+            if s.name == "NCCL_IB_DISABLE" and s.value.strip() not in ("", "0"):
+                out.append(f"NCCL_IB_DISABLE={s.value} in {s.source} on {name}")
+            if s.name == "NCCL_NET" and s.value.strip().lower() == "socket":
+                out.append(f"NCCL_NET={s.value} in {s.source} on {name}")
+    if smoke.transport is not None and smoke.transport.ib_absent:
+        out.append("NCCL found no IB device (\"NET/IB : No device found\"): the HCA is not "
+                   "visible where the ranks run (a container without /dev/infiniband, or no "
+                   "rdma-core/libibverbs)")
+    return out or ["NCCL chose sockets with RDMA ports up: check NCCL_IB_HCA, the ranks' "
+                   "access to /dev/infiniband and NCCL's INFO log"]
+
+
+def _transport(host: str, smoke: SmokeResult, facts: Mapping[str, Facts]) -> Iterable[Finding]:
+    rec = smoke.transport
+    if rec is None or smoke.backend != "nccl":
+        return
+    members = smoke.hosts or (host,)
+    if len(members) > 1 and any(_has_rdma(facts.get(m)) for m in members):
+        socket = [c for c in rec.connections if c.transport == "NET/Socket"]
+        if socket or rec.network == "Socket":
+            named = ", ".join(f"rank {c.src} -> {c.dst}" for c in socket[:6]) or "every NET link"
+            causes = _causes(smoke, members, facts)
+            yield finding(
+                "GF620", members,
+                f"multinode world ({', '.join(members)}) ran over NET/Socket ({named}) "
+                "although RDMA ports are up",
+                {"network": rec.network, "connections": [f"{c.src}->{c.dst}" for c in socket],
+                 "hcas": list(rec.hcas), "causes": causes},
+                cause=causes[0])
+    if len(members) == 1:
+        f = facts.get(host)
+        kinds = f.topology.gpu_link_kinds() if f and f.topology else frozenset()
+        shm = [c for c in rec.connections if c.transport.startswith("SHM")]
+        if shm and kinds and all(k.startswith("NV") for k in kinds):
+            yield finding(
+                "GF621", [host],
+                f"{host}: GPUs joined by NVLink ({', '.join(sorted(kinds))}) talked through "
+                f"shared memory ({', '.join(f'rank {c.src} -> {c.dst}' for c in shm[:4])})",
+                {"links": sorted(kinds), "connections": [f"{c.src}->{c.dst} {c.transport}"
+                                                         for c in shm]})
 
 
 def _slow_ports(host: str, ports: Sequence[Any], links: Sequence[IbLink]) -> Iterable[Finding]:
