@@ -274,6 +274,15 @@ class IbLink:
 
 
 @dataclass(frozen=True)
+class NvLinkErrorCounts:
+    """One GPU's NVLink error counters, `nvidia-smi nvlink -e` (probes/nvlink_errors.py)."""
+
+    gpu: int
+    uuid: str | None = None
+    links: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # k -> replay, …
+
+
+@dataclass(frozen=True)
 class PciFunction:
     """An NVIDIA display or 3D controller on the PCI bus, as the kernel's sysfs lists it."""
 
@@ -333,6 +342,8 @@ class Facts:
     # RDMA ports and their rates (sysfs); () = no RDMA device, None = not read
     ib_ports: tuple[IbPort, ...] | None = None
     ib_links: tuple[IbLink, ...] | None = None  # per-port state and counters; None: not read
+    # NVLink replay/recovery/CRC counters per GPU and link; None: not read
+    nvlink_errors: tuple[NvLinkErrorCounts, ...] | None = None
 
     @property
     def gpu_count(self) -> int:

@@ -117,3 +117,27 @@ def test_check_save_judges_counters_against_the_stores_last_run(tmp_path: Path) 
     (hit,) = [f for f in report.findings if f.rule == "GF455"]
     assert hit.evidence["nic"] == "mlx5_1/1" and hit.evidence["delta"] == 1
     assert hit.evidence["interval_h"] == 4.0 and hit.severity == "error"
+
+
+def _nvlink_doc(replay: int, recovery: int, when: datetime) -> dict[str, Any]:
+    from gpufleet.probes.nvlink_errors import parse_nvlink_errors  # noqa: PLC0415
+
+    # The format of `nvidia-smi nvlink -e` (stas00/ml-engineering@62d4359e
+    # compute/accelerator/nvidia/debug.md, an H100); the counts are the case's.
+    text = ("GPU 1: NVIDIA H200 (UUID: GPU-e0ec50b6-f483-68ed-fb7b-ecc8879a76a2)\n"
+            "\t Link 4: Replay Errors: 0\n\t Link 4: Recovery Errors: 0\n\t Link 4: CRC Errors: 0\n"
+            f"\t Link 5: Replay Errors: {replay}\n\t Link 5: Recovery Errors: {recovery}\n"
+            "\t Link 5: CRC Errors: 2\n")
+    facts = Facts(collected_at=when.isoformat(), nvlink_errors=parse_nvlink_errors(text))
+    return doc({"gpu01": facts})
+
+
+def test_nvlink_replays_rising_are_named_with_gpu_and_link() -> None:
+    t1 = T0 + timedelta(hours=12)
+    (f,) = delta_findings(_nvlink_doc(310, 0, t1), _nvlink_doc(12, 0, T0))
+    assert f.rule == "GF459" and f.severity == "warning"
+    assert (f.evidence["gpu"], f.evidence["link"], f.evidence["deltas"]) == (1, 5, {"replay": 298})
+    (g,) = delta_findings(_nvlink_doc(12, 1, t1), _nvlink_doc(12, 0, T0))
+    assert g.severity == "error" and g.evidence["deltas"] == {"recovery": 1}
+    assert delta_findings(_nvlink_doc(12, 0, t1), _nvlink_doc(12, 0, T0)) == []
+    assert delta_findings(_nvlink_doc(0, 0, t1), _nvlink_doc(12, 0, T0)) == []  # reset

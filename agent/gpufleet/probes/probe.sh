@@ -124,6 +124,7 @@ fi
 smi nvidia_smi_q -q
 smi topo topo -m
 smi nvlink nvlink -s
+smi nvlink_errors nvlink -e
 smi compute_apps --query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid --format=csv
 
 # Only the NVIDIA libraries are kept; `ldconfig -p` lists every library of the host.

@@ -326,6 +326,15 @@ _RULES: tuple[RuleInfo, ...] = (
                      "runs (`carrier_changes` counts each loss and each return; Azure's "
                      "check_ib_link_flapping: 5 in 24 h).",
              doc_fill={"nic": "the port", "flaps": "N", "hours": "H", "threshold": "5"}),
+    RuleInfo("GF459", "warning", "NVLink error counters rising",
+             "watch GPU {gpu} link {link} on {host} ({words}): `nvidia-smi nvlink -e -i {gpu}` "
+             "again after load; rising recovery errors or Xid 74 mean drain and reseat or RMA "
+             "the GPU/baseboard (`nvidia-smi nvlink -s -i {gpu}`)",
+             meaning="Between two saved runs an NVLink's replay, recovery or CRC counter "
+                     "(`nvidia-smi nvlink -e`) rose: replays are the link retrying corrupted "
+                     "packets, recoveries are the link retraining. Error when recoveries rose. "
+                     "Threshold Δ>0, Meta GCM's default of 0 tolerated errors.",
+             doc_fill={"gpu": "N", "link": "K", "words": "the counters that rose"}),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "

@@ -27,7 +27,7 @@ from gpufleet.rules.base import Ctx, finding
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF450", "GF451", "GF452", "GF455", "GF456", "GF457", "GF458",
-                          "GF620", "GF621")
+                          "GF459", "GF620", "GF621")
 
 FATAL = (("counters", "link_downed"), ("counters", "local_link_integrity_errors"),
          ("counters", "excessive_buffer_overrun_errors"), ("hw_counters", "rnr_nak_retry_err"))
@@ -204,11 +204,54 @@ def delta_findings(doc: Mapping[str, Any], previous: Mapping[str, Any]) -> list[
             continue
         hours = (t1 - t0).total_seconds() / 3600
         before = _links(old)
+        since = str(old["facts"]["collected_at"])
         for name, link in sorted(_links(hdoc).items()):
             if name in before:
                 out.extend(_port_deltas(host, name, before[name], link, hours=hours,
-                                        since=str(old["facts"]["collected_at"])))
+                                        since=since))
+        out.extend(_nvlink_deltas(host, _nvlink(old), _nvlink(hdoc), hours, since))
     return out
+
+
+def _nvlink(hdoc: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """(GPU UUID or index, link) -> its counters, from a report's host entry."""
+    facts = hdoc.get("facts")
+    gpus = facts.get("nvlink_errors") if isinstance(facts, Mapping) else None
+    out: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for g in gpus if isinstance(gpus, list) else ():
+        if not isinstance(g, Mapping) or not isinstance(g.get("links"), Mapping):
+            continue
+        for link, counts in g["links"].items():
+            if isinstance(counts, Mapping):
+                out[(str(g.get("uuid") or g.get("gpu")), str(link))] = {
+                    **counts, "gpu": g.get("gpu")}
+    return out
+
+
+def _nvlink_deltas(host: str, old: Mapping[tuple[str, str], Mapping[str, Any]],
+                   new: Mapping[tuple[str, str], Mapping[str, Any]], hours: float,
+                   since: str) -> Iterable[Finding]:
+    """GF459: any NVLink replay, recovery or CRC counter that rose (Meta GCM's defaults: 0
+    tolerated; NVIDIA resiliency-ext's NVLinkWindowHealthCheck watches replay and recovery)."""
+    for key, counts in sorted(new.items()):
+        if key not in old:
+            continue
+        rose = {}
+        for name in ("replay", "recovery", "crc"):
+            a, b = _count(old[key], "", name), _count(counts, "", name)
+            if a is not None and b is not None and b > a:
+                rose[name] = b - a
+        if rose:
+            gpu, link = counts.get("gpu"), key[1]
+            words = ", ".join(f"{k} +{v}" for k, v in rose.items())
+            yield finding(
+                "GF459", [host],
+                f"{host}: NVLink errors rose on GPU {gpu} link {link} in {hours:.3g} h ({words})",
+                {"gpu": gpu, "uuid": key[0], "link": int(link), "deltas": rose,
+                 "interval_h": round(hours, 3), "since": since, "threshold": "Δ>0",
+                 "judged_by": "counter delta between two runs"},
+                severity="error" if "recovery" in rose else None,
+                gpu=gpu, link=link, words=words)
 
 
 def _port_deltas(host: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any], *,

@@ -199,6 +199,7 @@ def base_h200x2() -> Profile:
         "0 q.txt - -q",
         "0 topo.txt - topo -m",
         "0 nvlink-s.txt - nvlink -s",
+        "0 nvlink-e.txt - nvlink -e",
         f"0 query-gpu.csv - --query-gpu={QUERY_FIELDS} --format=csv",
         f"0 compute-apps.csv - --query-compute-apps={APPS_FIELDS} --format=csv",
         "2 d-fabric.txt - -q -d FABRIC",
@@ -451,7 +452,21 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
                 etc=dict(data.get("etc", {})), setenv=dict(data.get("setenv", {})))
     for e in data.get("edit", []):
         _edit(p, e)
+    p.files.setdefault("nvlink-e.txt", nvlink_errors_text(p.files.get("nvlink-s.txt", "")))
     return p
+
+
+def nvlink_errors_text(status: str) -> str:
+    """`nvidia-smi nvlink -e` for the links `nvlink -s` lists, every counter 0. The format is a
+    third-party H100 capture (stas00/ml-engineering@62d4359e compute/accelerator/nvidia/
+    debug.md); no `-e` was captured on the 2xH200, so the zero counts are an inference."""
+    out = []
+    for line in status.splitlines():
+        if line.startswith("GPU "):
+            out.append(line)
+        elif (m := re.match(r"\s*Link ([0-9]+):", line)) is not None:
+            out += [f"\t Link {m.group(1)}: {k} Errors: 0" for k in ("Replay", "Recovery", "CRC")]
+    return "\n".join(out) + "\n" if out else ""
 
 
 def profiles() -> list[Profile]:
