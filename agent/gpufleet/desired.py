@@ -67,6 +67,10 @@ VARS: tuple[Var, ...] = (
         "floor for the multinode all-reduce bus bandwidth, GB/s"),
     Var("gpufleet_slurm_node", "slurm_node", "text", (AGENT,),
         "the host's Slurm NodeName, for scontrol drain lines"),
+    Var("gpufleet_ib_symbol_errors_per_hour", "ib_symbol_errors_per_hour", "number", (AGENT,),
+        "GF456's threshold: RDMA symbol errors per hour between runs (default 120)"),
+    Var("gpufleet_ib_flaps_per_day", "ib_flaps_per_day", "number", (AGENT,),
+        "GF458's threshold: RoCE link losses per 24 h between runs (default 5)"),
 )
 
 NAMES: frozenset[str] = frozenset(v.name for v in VARS)

@@ -63,6 +63,8 @@ class Expectations:
     domain: str | None = None  # gpufleet_domain (rack, pod: localize's first-level groups)
     multinode_min_busbw_gbps: float | None = None  # gpufleet_multinode_min_busbw_gbps
     slurm_node: str | None = None  # gpufleet_slurm_node (Slurm NodeName, for drain lines)
+    ib_symbol_errors_per_hour: float | None = None  # gpufleet_ib_symbol_errors_per_hour (120)
+    ib_flaps_per_day: float | None = None  # gpufleet_ib_flaps_per_day (5)
     # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
     # pytorch_image_digest); None: the host declares no workspaces
     workspaces: Mapping[str, str | None] | None = None

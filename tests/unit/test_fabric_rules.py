@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.model import Facts, HostResult, HostSpec, Report, to_jsonable
+from gpufleet.model import Expectations, Facts, HostResult, HostSpec, Report, to_jsonable
 from gpufleet.probes import probe_script
 from gpufleet.probes.collect import parse_probe_output
 from gpufleet.rules import evaluate
@@ -50,11 +50,12 @@ def run_case(case: dict[str, Any], tmp: Path) -> set[tuple[str, str]]:
         before[host] = probe(tmp / host / "0", ports, T0)
         changed = {n: merged(p, (case.get("after") or {}).get(n)) for n, p in ports.items()}
         after[host] = probe(tmp / host / "1", changed, t1)
-    specs = {h: HostSpec(h, h, groups=("rack1",)) for h in hosts}
+    limits = Expectations(**case.get("vars", {}))
+    specs = {h: HostSpec(h, h, groups=("rack1",), expect=limits) for h in hosts}
     report = Report(hosts={h: HostResult(h, "ok", facts=f) for h, f in after.items()},
                     specs=specs)
     found = [f for f in evaluate(report) if f.rule.startswith("GF45")]
-    found += delta_findings(doc(after), doc(before))
+    found += delta_findings(doc(after), doc(before), {h: limits for h in hosts})
     return {(f.rule, str(f.evidence.get("nic") or f.hosts[0])) for f in found}
 
 

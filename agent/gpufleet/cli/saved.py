@@ -71,7 +71,8 @@ def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any
     try:
         entries = store.entries()
         report = amend(report, drift_findings(document(report), entries)
-                       + (delta_findings(document(report), store.load(entries[-1]))
+                       + (delta_findings(document(report), store.load(entries[-1]),
+                                         {n: s.expect for n, s in report.specs.items()})
                           if entries else []))
         doc = document(report)
         doc["history"] = history_section(doc, entries, store.load)

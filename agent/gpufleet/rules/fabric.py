@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpufleet.model import Facts, Finding, IbLink, SmokeResult
+from gpufleet.model import Expectations, Facts, Finding, IbLink, SmokeResult
 from gpufleet.rules.base import Ctx, finding
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
@@ -190,9 +190,11 @@ def _count(link: Mapping[str, Any], table: str, name: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def delta_findings(doc: Mapping[str, Any], previous: Mapping[str, Any]) -> list[Finding]:
-    """GF455-GF458: each host's ports in `doc` against the same ports in `previous` (an older
-    report document of the same hosts, e.g. the run store's last run)."""
+def delta_findings(doc: Mapping[str, Any], previous: Mapping[str, Any],
+                   expect: Mapping[str, Expectations] | None = None) -> list[Finding]:
+    """GF455-GF459: each host's ports and NVLinks in `doc` against the same in `previous` (an
+    older report document of the same hosts, e.g. the run store's last run). `expect`: the
+    hosts' inventory expectations (gpufleet_ib_symbol_errors_per_hour, _flaps_per_day)."""
     out: list[Finding] = []
     before_hosts = previous.get("hosts") if isinstance(previous.get("hosts"), Mapping) else {}
     for host, hdoc in sorted((doc.get("hosts") or {}).items()):
@@ -208,7 +210,7 @@ def delta_findings(doc: Mapping[str, Any], previous: Mapping[str, Any]) -> list[
         for name, link in sorted(_links(hdoc).items()):
             if name in before:
                 out.extend(_port_deltas(host, name, before[name], link, hours=hours,
-                                        since=since))
+                                        since=since, limits=(expect or {}).get(host)))
         out.extend(_nvlink_deltas(host, _nvlink(old), _nvlink(hdoc), hours, since))
     return out
 
@@ -255,8 +257,10 @@ def _nvlink_deltas(host: str, old: Mapping[tuple[str, str], Mapping[str, Any]],
 
 
 def _port_deltas(host: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any], *,
-                 hours: float, since: str) -> Iterable[Finding]:
+                 hours: float, since: str, limits: Expectations | None) -> Iterable[Finding]:
     dev = name.split("/", maxsplit=1)[0]
+    per_hour = (limits.ib_symbol_errors_per_hour if limits else None) or SYMBOL_ERRORS_PER_HOUR
+    per_day = (limits.ib_flaps_per_day if limits else None) or FLAPS_PER_DAY
     base = {"nic": name, "interval_h": round(hours, 3), "since": since,
             "judged_by": "counter delta between two runs"}
 
@@ -274,14 +278,14 @@ def _port_deltas(host: str, name: str, old: Mapping[str, Any], new: Mapping[str,
                           {**base, "counter": counter, "delta": d, "threshold": "Δ>0"},
                           nic=name, dev=dev, counter=counter, delta=d)
     d = delta("counters", "symbol_error")
-    if d and d / hours > SYMBOL_ERRORS_PER_HOUR:
+    if d and d / hours > per_hour:
         rate = d / hours
         yield finding("GF456", [host],
                       f"{host}: {d} symbol errors on {name} in {hours:.3g} h ({rate:.4g}/h)",
                       {**base, "counter": "symbol_error", "delta": d, "per_hour": round(rate, 3),
-                       "threshold_per_hour": SYMBOL_ERRORS_PER_HOUR},
+                       "threshold_per_hour": per_hour},
                       nic=name, dev=dev, rate=f"{rate:.4g}",
-                      threshold=f"{SYMBOL_ERRORS_PER_HOUR:g}")
+                      threshold=f"{per_hour:g}")
     for table, counter, limit, unit_s, unit in RATES:
         d = delta(table, counter)
         rate = d / (hours * 3600 / unit_s) if d else 0.0
@@ -295,12 +299,12 @@ def _port_deltas(host: str, name: str, old: Mapping[str, Any], new: Mapping[str,
     d = delta("", "carrier_changes")
     # carrier_changes counts each loss and each return of carrier: a flap is two.
     flaps = (d or 0) // 2
-    per_day = flaps * 24 / max(hours, 24.0)
-    if flaps and per_day >= FLAPS_PER_DAY:
+    rate = flaps * 24 / max(hours, 24.0)
+    if flaps and rate >= per_day:
         yield finding("GF458", [host],
                       f"{host}: {name} ({new.get('netdev')}) lost carrier {flaps} times in "
                       f"{hours:.3g} h",
                       {**base, "netdev": new.get("netdev"), "carrier_changes_delta": d,
-                       "flaps": flaps, "per_24h": round(per_day, 3),
-                       "threshold_per_24h": FLAPS_PER_DAY},
-                      nic=name, flaps=flaps, hours=f"{hours:.3g}", threshold=FLAPS_PER_DAY)
+                       "flaps": flaps, "per_24h": round(rate, 3),
+                       "threshold_per_24h": per_day},
+                      nic=name, flaps=flaps, hours=f"{hours:.3g}", threshold=f"{per_day:g}")
