@@ -23,7 +23,7 @@ from gpufleet.model import Expectations, Facts, HostResult, HostSpec, Report, to
 from gpufleet.probes import probe_script
 from gpufleet.probes.collect import parse_probe_output
 from gpufleet.rules import evaluate
-from gpufleet.rules.fabric import delta_findings
+from gpufleet.rules.fabric_delta import delta_findings
 from harness.sysfs_ib import merged, write_tree
 
 CASES = sorted((Path(__file__).parents[1] / "fixtures" / "fabric").glob("*.yaml"))

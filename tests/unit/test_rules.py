@@ -15,17 +15,22 @@ from gpufleet.model import (
     DriverInfo,
     FabricInfo,
     GpuNvLinks,
+    IbLink,
+    IbPort,
     ImageInfo,
+    NcclConnection,
     NvLink,
     OsInfo,
     RankInfo,
     Report,
     SmokeCheck,
     SmokeResult,
+    TransportRecord,
     XidEvent,
 )
 from gpufleet.probes.gpus import THROTTLE_BITS, decode_throttle_mask
 from gpufleet.rules import RULES, evaluate, reference
+from gpufleet.rules.fabric_delta import RULES as DELTA_RULES
 from gpufleet.rules.history import RULES as HISTORY_RULES
 from gpufleet.rules.slurm import RULES as SLURM_RULES
 
@@ -219,14 +224,36 @@ CASES.update({
               "gpu02"),
 })
 
+# The fabric (rules/fabric.py); its counter deltas fire in tests/unit/test_fabric_rules.py.
+_UP = IbLink("mlx5_0", "1", state="ACTIVE", phys_state="LinkUp", link_layer="InfiniBand")
+_KEYS = {h: {"facts": {"ib_links": (dataclasses.replace(_UP, pkeys=("0x8001", "0xffff")),)}}
+         for h in ("gpu01", "gpu03", "gpu04")}
+_SOCKETS = TransportRecord("nccl init log", "Socket", (NcclConnection(1, 2, "NET/Socket", 1),))
+CASES.update({
+    "GF450": (lambda: fleet({"gpu02": {"facts": {"ib_links": (dataclasses.replace(
+        _UP, state="DOWN", phys_state="Polling"),)}}}), "gpu02"),
+    "GF451": (lambda: fleet({"gpu02": {"facts": {
+        "ib_links": (_UP, dataclasses.replace(_UP, device="mlx5_1")),
+        "ib_ports": (IbPort("mlx5_0", "1", "400 Gb/sec (4X NDR)", 400.0),
+                     IbPort("mlx5_1", "1", "200 Gb/sec (4X HDR)", 200.0))}}}), "gpu02"),
+    "GF452": (lambda: fleet({**_KEYS, "gpu02": {"facts": {"ib_links": (dataclasses.replace(
+        _UP, pkeys=("0x8002", "0xffff")),)}}}), "gpu02"),
+    "GF620": (lambda: fleet({h: {"facts": {"ib_links": (_UP,)},
+                                 "smoke": {"hosts": ("gpu01", "gpu02"), "transport": _SOCKETS}}
+                             for h in ("gpu01", "gpu02")}), "gpu02"),
+    "GF621": (lambda: fleet({"gpu02": {"smoke": {"transport": TransportRecord(
+        "nccl init log", None, (NcclConnection(0, 1, "SHM/direct/direct", 24),))}}}), "gpu02"),
+})
+
 
 def test_every_rule_has_a_firing_case() -> None:
     # History rules fire against saved runs: tests/unit/test_history.py.
     # GF9xx record what node-check did in Slurm (tests/unit/test_slurm_plan.py fires them).
-    assert set(CASES) == set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
+    assert set(CASES) == set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES) - set(DELTA_RULES)
 
 
-@pytest.mark.parametrize("rule", sorted(set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)))
+@pytest.mark.parametrize("rule", sorted(set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
+                                         - set(DELTA_RULES)))
 def test_rule_fires(rule: str) -> None:
     build, host = CASES[rule]
     found = [f for f in evaluate(build(), now=NOW) if f.rule == rule]

@@ -19,7 +19,7 @@ from gpufleet.report import document
 from gpufleet.report.diff import diff_reports
 from gpufleet.report.history_text import render_history
 from gpufleet.report.pipeline import amend
-from gpufleet.rules.fabric import delta_findings
+from gpufleet.rules.fabric_delta import delta_findings
 from gpufleet.rules.history import drift_findings
 
 

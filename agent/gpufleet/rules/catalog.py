@@ -272,7 +272,8 @@ _RULES: tuple[RuleInfo, ...] = (
              meaning="`nvidia-smi` reports ECC mode `Disabled` on a GPU that has ECC memory: "
                      "memory errors go undetected and uncorrected (GF402-GF404 cannot see them). "
                      "GPUs without ECC report `N/A` and are not judged."),
-    # GF45x: the RDMA fabric (rules/fabric.py); thresholds and their sources are that module's.
+    # GF45x: the RDMA fabric (GF450-GF452 rules/fabric.py; GF455-GF459 rules/fabric_delta.py,
+    # with the thresholds and their sources)
     RuleInfo("GF450", "error", "RDMA port down",
              "check the cable, transceiver and switch port of {nic} on {host} (`ibstat {dev} "
              "{port}`, `mlxlink -d {dev}`); keep {host} out of multi-host jobs until it is "
