@@ -67,6 +67,8 @@ class Expectations:
     xid_repeat_limit: int | None = None  # gpufleet_xid_repeat_limit (same Xid, one GPU, 24 h)
     xid13_31_limit: int | None = None  # gpufleet_xid13_31_limit (same GPC/TPC or GPU, 24 h)
     xid_reboot_limit: int | None = None  # gpufleet_xid_reboot_limit (reboots in 7 days -> RMA)
+    ib_symbol_errors_per_hour: float | None = None  # gpufleet_ib_symbol_errors_per_hour (120)
+    ib_flaps_per_day: float | None = None  # gpufleet_ib_flaps_per_day (5)
     # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
     # pytorch_image_digest); None: the host declares no workspaces
     workspaces: Mapping[str, str | None] | None = None
@@ -278,6 +280,34 @@ class KernelsInfo:
 
 
 @dataclass(frozen=True)
+class IbLink:
+    """One RDMA port's health as /sys/class/infiniband/DEVICE/ports/PORT shows it (probes/ib.py
+    has the layout and its sources). A field not read is None (or empty)."""
+
+    device: str  # "mlx5_0"
+    port: str  # "1"
+    state: str | None = None  # "ACTIVE" (state: "4: ACTIVE")
+    phys_state: str | None = None  # "LinkUp" (phys_state: "5: LinkUp")
+    link_layer: str | None = None  # "InfiniBand" | "Ethernet" (RoCE)
+    counters: Mapping[str, int] = field(default_factory=dict)  # counters/*: link_downed, …
+    hw_counters: Mapping[str, int] = field(default_factory=dict)  # hw_counters/* (driver's)
+    pkeys: tuple[str, ...] = ()  # the non-zero pkeys/* entries, "0xffff"
+    gid0: str | None = None  # gids/0
+    netdev: str | None = None  # RoCE: gid_attrs/ndevs/0
+    carrier_changes: int | None = None  # /sys/class/net/NETDEV/carrier_changes (RoCE)
+    ber: str | None = None  # mlxlink's effective physical BER; None: not collected
+
+
+@dataclass(frozen=True)
+class NvLinkErrorCounts:
+    """One GPU's NVLink error counters, `nvidia-smi nvlink -e` (probes/nvlink_errors.py)."""
+
+    gpu: int
+    uuid: str | None = None
+    links: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # k -> replay, …
+
+
+@dataclass(frozen=True)
 class PciFunction:
     """An NVIDIA display or 3D controller on the PCI bus, as the kernel's sysfs lists it."""
 
@@ -349,6 +379,9 @@ class Facts:
     kernels: KernelsInfo | None = None
     # The driver's recovery action per GPU; None = not read (no `-q`, or a driver without it)
     gpu_recovery: tuple[GpuRecovery, ...] | None = None
+    ib_links: tuple[IbLink, ...] | None = None  # per-port state and counters; None: not read
+    # NVLink replay/recovery/CRC counters per GPU and link; None: not read
+    nvlink_errors: tuple[NvLinkErrorCounts, ...] | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -406,6 +439,31 @@ class RankInfo:
 
 
 @dataclass(frozen=True)
+class NcclConnection:
+    """One rank-to-rank connection as NCCL's init log names it (smoke/transport.py)."""
+
+    src: int  # global rank
+    dst: int
+    transport: str  # "P2P/CUMEM", "P2P/IPC", "SHM/direct/direct", "NET/IB", "NET/Socket", …
+    channels: int = 0  # how many channel lines named it
+    net_dev: int | None = None  # NET: the NCCL net device index
+    gdr: bool | None = None  # NET: GPUDirect RDMA ("/GDRDMA"); None for P2P/SHM
+    proxy: bool = False  # NET: sent through another rank's NIC (PXN)
+
+
+@dataclass(frozen=True)
+class TransportRecord:
+    """Which transports a smoke world's collectives really used (issue 27 item 3)."""
+
+    source: str  # "nccl init log" | "gloo" (gloo has no transport choice: TCP)
+    network: str | None = None  # NCCL's "Using network IB|Socket"; "gloo/tcp"; None: not logged
+    connections: tuple[NcclConnection, ...] = ()
+    hcas: tuple[str, ...] = ()  # "NET/IB : Using [0]mlx5_0:1/IB ..." -> "mlx5_0:1/IB"
+    ib_absent: bool = False  # "NET/IB : No device found."
+    nvls_channels: int | None = None  # "N nvls channels" (0: NVLS not used)
+
+
+@dataclass(frozen=True)
 class SmokeResult:
     status: SmokeStatus
     level: str = "quick"
@@ -424,6 +482,7 @@ class SmokeResult:
     # Why it failed, per rank (exit code or signal, OOM hint, last phase and collective,
     # errors), the launcher watchdog's verdict, new kernel XID lines, deadlines (smoke/verdict.py)
     causes: Mapping[str, Any] = field(default_factory=dict)
+    transport: TransportRecord | None = None  # None: not recorded (single GPU, no log)
 
 
 # --------------------------------------------------------------------------- results

@@ -14,6 +14,10 @@ way off the machine: connecting fails with "Network is unreachable". `run` also 
 every command, that the bridge is up and that the route to every host goes through it
 (`verify_routing`), and refuses to run otherwise.
 
+With `rails=R` every host also gets R more veths, `gfr0`..`gfr{R-1}`, at 10.231.(k+1).(10+N)/24,
+each rail on its own bridge `gfbr{k+1}` in the ctl namespace (one NIC per rail per host, as a
+rail-optimised cluster wires them); `throttle_rail(name, k, mbit)` slows one host's rail k.
+
 `throttle_host(name, mbit)` puts a tbf on both ends of the host's veth (what it sends and what
 it receives); `throttle_pair(a, b, mbit)` puts an htb with a u32 filter on each end's veth, so
 only traffic between the two is slowed; `clear(name)` removes them. This kernel has tbf, htb and
@@ -49,8 +53,10 @@ from fleetlib import (
 from harness.processes import close_at_exit, die_with_parent
 
 SUBNET = "10.231.0"
+RAIL_NET = "10.231"  # rail k: 10.231.k.0/24 (k >= 1)
 BRIDGE = "gfbr"
 HOST_IF = "gf0"
+RAIL_IF = "gfr"  # gfr0, gfr1, …: one per rail
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -63,8 +69,9 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 class NetFleet(Fleet):
     """Fleet (fleetlib) whose hosts live in their own network namespaces."""
 
-    def __init__(self, root: Path, count: int) -> None:
+    def __init__(self, root: Path, count: int, rails: int = 0) -> None:
         super().__init__(root, root)
+        self.rails = rails
         tag = f"gf13-{os.getpid()}"
         self.ctl = f"{tag}-ctl"
         self.ns: dict[str, str] = {}
@@ -77,9 +84,10 @@ class NetFleet(Fleet):
 
     def verify_routing(self) -> None:
         """Refuse unless the bridge is up and every host is reached through it, and only it."""
-        link = json.loads(_ip("-n", self.ctl, "-j", "link", "show", "dev", BRIDGE).stdout)
-        if not link or "UP" not in link[0].get("flags", []):
-            raise FleetError(f"bridge {BRIDGE} in {self.ctl} is not up: refusing to connect")
+        for bridge in (BRIDGE, *(f"{BRIDGE}{k}" for k in range(1, self.rails + 1))):
+            link = json.loads(_ip("-n", self.ctl, "-j", "link", "show", "dev", bridge).stdout)
+            if not link or "UP" not in link[0].get("flags", []):
+                raise FleetError(f"bridge {bridge} in {self.ctl} is not up: refusing to connect")
         default = _ip("-n", self.ctl, "route", "show", "default").stdout.strip()
         if default:
             raise FleetError(f"{self.ctl} has a default route ({default}): refusing to connect")
@@ -131,10 +139,20 @@ class NetFleet(Fleet):
                 f"match ip dst {ip}/32 flowid 1:2",
             )))  # fmt: skip
 
+    def throttle_rail(self, name: str, rail: int, mbit: float) -> None:
+        """tbf on both ends of one host's rail-`rail` veth: only that NIC is slow."""
+        tbf = f"root tbf rate {mbit:g}mbit burst 32kbit latency 100ms"
+        self._tc(self.ns[name], f"tc qdisc replace dev {RAIL_IF}{rail} {tbf}")
+        self._tc(self.ctl, f"tc qdisc replace dev v{self.index[name]}r{rail + 1} {tbf}")
+
     def clear(self, *names: str) -> None:
         for name in names or tuple(self.hosts):
-            self._tc(self.ns[name], f"tc qdisc del dev {HOST_IF} root 2>/dev/null || true")
-            self._tc(self.ctl, f"tc qdisc del dev v{self.index[name]} root 2>/dev/null || true")
+            i = self.index[name]
+            devs = [(self.ns[name], HOST_IF), (self.ctl, f"v{i}")]
+            devs += [d for k in range(self.rails)
+                     for d in ((self.ns[name], f"{RAIL_IF}{k}"), (self.ctl, f"v{i}r{k + 1}"))]
+            for ns, dev in devs:
+                self._tc(ns, f"tc qdisc del dev {dev} root 2>/dev/null || true")
 
     # ------------------------------------------------------------------ daemons
 
@@ -205,6 +223,17 @@ def _network(fleet: NetFleet, names: Sequence[str]) -> None:
         _ip("-n", fleet.ctl, "link", "set", f"v{i}", "master", BRIDGE, "up")
         _ip("-n", ns, "addr", "add", f"{SUBNET}.{10 + i}/24", "dev", HOST_IF)
         _ip("-n", ns, "link", "set", HOST_IF, "up")
+        for k in range(1, fleet.rails + 1):
+            bridge, dev = f"{BRIDGE}{k}", f"{RAIL_IF}{k - 1}"
+            if i == 1:
+                _ip("-n", fleet.ctl, "link", "add", bridge, "type", "bridge")
+                _ip("-n", fleet.ctl, "addr", "add", f"{RAIL_NET}.{k}.1/24", "dev", bridge)
+                _ip("-n", fleet.ctl, "link", "set", bridge, "up")
+            _ip("-n", fleet.ctl, "link", "add", f"v{i}r{k}", "type", "veth", "peer", "name",
+                dev, "netns", ns)
+            _ip("-n", fleet.ctl, "link", "set", f"v{i}r{k}", "master", bridge, "up")
+            _ip("-n", ns, "addr", "add", f"{RAIL_NET}.{k}.{10 + i}/24", "dev", dev)
+            _ip("-n", ns, "link", "set", dev, "up")
 
 
 def _reap_stale() -> None:
@@ -228,11 +257,12 @@ def build_netfleet(
     all_vars: Mapping[str, Any] | None = None,
     host_vars: Mapping[str, Mapping[str, Any]] | None = None,
     start_timeout: float = 15.0,
+    rails: int = 0,
 ) -> NetFleet:
     need_root_and_sshd("the network-namespace fleet needs root (ip netns, tc, sshd)")
     _reap_stale()
     root.mkdir(parents=True, exist_ok=True)
-    fleet = NetFleet(root, len(names))
+    fleet = NetFleet(root, len(names), rails)
     close_at_exit(fleet)
     try:
         _populate(fleet, names, all_vars or {}, host_vars or {}, start_timeout)

@@ -15,9 +15,12 @@ from gpufleet.localize.worlds import (
     Excluded,
     LocalizeRun,
     _exclusions,
+    _versions,
     failure_domains,
     inventory_floor,
     measured,
+    parse_versions,
+    progress_line,
     world_busbw,
 )
 from gpufleet.model import (
@@ -29,6 +32,7 @@ from gpufleet.model import (
     SmokeCheck,
     SmokeResult,
 )
+from gpufleet.transport.local import LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = tuple(f"gpu{i:02d}" for i in range(1, 9))
@@ -166,3 +170,55 @@ def test_domains_from_the_variable_else_inventory_groups_with_groups_domain() ->
                                                 "c": "gpu,rack2"}
     tagged = [HostSpec("a", "a", expect=Expectations(domain="r1")), specs[2]]
     assert failure_domains(tagged, "domain") == {"a": "r1"}
+
+
+HOSTILE = "\x1b]52;c;cGF5bG9hZA==\x07\x1b[2J boom HF_TOKEN=hf_abcdefghijklmnopqrstuvwx"
+
+
+def test_host_output_in_the_section_and_table_is_inert_and_redacted() -> None:
+    # Security review F8: world errors and exclusion reasons are host output; ESC reached the
+    # terminal and the token the table and --format json. Failed on ef054d5.
+    def world(members: tuple[str, ...]) -> Measured:
+        return Measured(members, None, error=HOSTILE)
+
+    search = localize(HOSTS[:3], world, expectation=lambda m: 0.5)
+    excluded = {"gpu08": Excluded("error", f"no usable torch for python3: {HOSTILE}")}
+    results = {h: HostResult(h, "ok", facts=Facts()) for h in HOSTS[:3]}
+    run = LocalizeRun(results, excluded, search, "topology expectation", {})
+    loc = section(run)
+    dumped = json.dumps(loc)
+    text = table({"localize": loc}, width=200)
+    for out in (dumped, text):
+        assert "\x1b" not in out and "\\u001b" not in out and "\x07" not in out
+        assert "hf_abcdefghijklmnopqrstuvwx" not in out
+    assert "boom HF_TOKEN=***" in text and "boom HF_TOKEN=***" in loc["excluded"]["gpu08"]["reason"]
+
+
+def test_progress_lines_are_inert() -> None:
+    seen: list[str] = []
+    progress_line(seen.append)(f"world of 2 (a, b): no bandwidth; {HOSTILE}")
+    assert seen == ["world of 2 (a, b): no bandwidth;  boom HF_TOKEN=***"]
+
+
+@pytest.mark.parametrize("answer", [
+    '{"torch": ["2.13.0"], "cuda": null, "nccl": null}',
+    '{"torch": "2.13.0", "cuda": {"x": 1}, "nccl": null}',
+    '{"torch": "2.13.0", "cuda": null, "nccl": 2.21}',
+    '["torch"]',
+])  # fmt: skip
+def test_one_hosts_odd_version_json_excludes_that_host_only(answer: str, tmp_path: Path) -> None:
+    # Security review F16: {"torch": [...]} made _exclusions raise TypeError (unhashable list)
+    # before any world ran, and the whole run was lost. Failed on ef054d5. A real process on the
+    # local transport prints the host's answer, whatever it is asked.
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\ncat <<'JSON'\n{answer}\nJSON\n")
+    fake.chmod(0o755)
+    odd = HostSpec("odd", "odd", expect=Expectations(smoke_python=str(fake)))
+    got = _versions(LocalTransport(odd), odd)
+    assert isinstance(got, str) and got.startswith("could not read torch versions"), got
+    same = {"torch": "2.13.0", "cuda": None, "nccl": None}
+    results = {h: HostResult(h, "ok", facts=Facts()) for h in ("a", "b", "odd")}
+    out = _exclusions(results, {"a": same, "b": same, "odd": got}, force=False)
+    assert set(out) == {"odd"} and out["odd"].status == "error"
+    assert parse_versions('{"torch": "2.13.0\\u001b[31m"}', "", 0, "python3") == {
+        "torch": "2.13.0", "cuda": None, "nccl": None}

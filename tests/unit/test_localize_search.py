@@ -21,14 +21,20 @@ SLOW_GBPS = 0.07  # a 40-50 Mbit/s host made a 1 MiB gloo world ~18x slower
 
 
 class Sim:
+    """shared_cpu: every rank on the same few cores, so a world of n runs at 2/n of a pair's
+    pace (what the issue-27 netns fleet showed: 8 hosts 0.027 GB/s, 3 hosts 0.10). noise: each
+    world's bandwidth times e**U(-noise, noise) (a loaded machine; ±5 % by default)."""
+
     def __init__(self, n: int, *, slow: Sequence[int] = (), links: Sequence[tuple[int, int]] = (),
-                 hang: Sequence[int] = (), seed: int = 1) -> None:
+                 hang: Sequence[int] = (), seed: int = 1, shared_cpu: bool = False,
+                 noise: float = 0.05) -> None:
         self.hosts = [f"h{i:05d}" for i in range(n)]
         self.slow = {self.hosts[i] for i in slow}
         self.hang = {self.hosts[i] for i in hang}
         self.links = [{self.hosts[a], self.hosts[b]} for a, b in links]
         self.rng = random.Random(seed)
         self.calls: list[tuple[str, ...]] = []
+        self.shared_cpu, self.noise = shared_cpu, noise
 
     def __call__(self, members: tuple[str, ...]) -> Measured:
         assert len(members) >= 2 and len(set(members)) == len(members), members
@@ -36,7 +42,10 @@ class Sim:
         if self.hang & set(members):
             return Measured(members, None, error="rank 3 hung in all_reduce", hung=True)
         bad = bool(self.slow & set(members)) or any(link <= set(members) for link in self.links)
-        bw = (SLOW_GBPS if bad else GOOD_GBPS) * self.rng.uniform(0.95, 1.05)
+        bw = (SLOW_GBPS if bad else GOOD_GBPS) * math.exp(self.rng.uniform(-self.noise,
+                                                                            self.noise))
+        if self.shared_cpu:
+            bw *= 2 / len(members)
         return Measured(members, bw)
 
 
@@ -158,26 +167,88 @@ def test_budget_stops_the_search_and_says_so() -> None:
     assert any("stopped after 4 worlds" in n for n in r.notes)
 
 
-def test_first_level_sqrt_sizes() -> None:
-    hosts = [f"h{i}" for i in range(10)]
+@pytest.mark.parametrize(("n", "sizes"), [
+    (8, [2, 2, 2, 2]), (9, [3, 3, 3]), (10, [3, 3, 3, 1]), (16, [4] * 4),
+    (232, [16] * 7 + [15] * 8), (5, [2, 2, 1]),
+])  # fmt: skip
+def test_first_level_sqrt_groups_are_of_one_size(n: int, sizes: list[int]) -> None:
+    # Groups are each other's baseline and worlds are only compared with worlds of their size:
+    # leftovers join groups only where both sizes keep 3 groups, else they are groups of one.
+    hosts = [f"h{i}" for i in range(n)]
     used, groups = first_level(hosts, "sqrt", {}, have_expectation=False)
-    assert used == "sqrt" and [len(g) for g in groups] == [3, 3, 2, 2]
+    assert used == "sqrt" and [len(g) for g in groups] == sizes
     assert [h for g in groups for h in g] == hosts
+
+
+def test_no_fault_on_shared_cpus_convicts_nobody() -> None:
+    # Issue 27 item 0, first failure: the world of 8 (slower on shared CPUs) was judged against
+    # the 3-host worlds and five good hosts were convicted. Failed on ef054d5 ("suspects").
+    sim = Sim(8, shared_cpu=True)
+    r = localize(sim.hosts, sim)
+    assert r.suspects == () and r.outcome == "all_good", (r.outcome, r.suspects, r.notes)
+    assert any("judged on errors and hangs only" in note for note in r.notes)
+    for w in r.worlds:
+        if w.verdict.judged and w.verdict.basis != "error":
+            assert "passing worlds" in w.verdict.basis or "same-size" in w.verdict.basis
+        assert w.verdict.threshold_gbps is None or w.verdict.threshold_gbps > 0
+
+
+@pytest.mark.parametrize("n", [8, 16, 64])
+def test_one_slow_host_on_shared_cpus_is_named(n: int) -> None:
+    sim = Sim(n, slow=[n // 2 + 1], shared_cpu=True)
+    r = localize(sim.hosts, sim)
+    assert named(r) == {"host": {(sim.hosts[n // 2 + 1],)}}, (r.suspects, r.notes)
+
+
+def test_noise_wider_than_the_median_is_inconclusive_never_all_good() -> None:
+    # Issue 27 item 0, second failure: a margin wider than the median gave a negative threshold
+    # (-0.127 GB/s) and passed a throttled host: "all_good". Failed on ef054d5. Each world here
+    # is off by up to e**0.9 (2.5x either way, about what the loaded 2-core fleet shows); the
+    # slow host is still 17x slower, so a judge may say "inconclusive" but never "all good".
+    wrong = 0
+    for seed in range(300):
+        sim = Sim(8, slow=[4], noise=0.9, seed=seed)
+        r = localize(sim.hosts, sim)
+        assert r.outcome != "all_good", (seed, r.worlds)
+        assert all(w.verdict.threshold_gbps is None or w.verdict.threshold_gbps > 0
+                   for w in r.worlds), seed
+        wrong += named(r) not in ({}, {"host": {(sim.hosts[4],)}})
+        if r.outcome == "inconclusive":
+            assert any("GB/s" in note for note in r.notes), r.notes
+    assert wrong <= 3, wrong  # measured: 2 of 300 name a good host too, by noise
+
+
+def test_moderate_noise_names_exactly_the_slow_host_or_nobody() -> None:
+    for seed in range(300):  # ±35 %: every run right (measured 300 of 300)
+        sim = Sim(8, slow=[4], noise=0.3, seed=seed)
+        assert named(localize(sim.hosts, sim)) == {"host": {(sim.hosts[4],)}}, seed
+        clean = Sim(8, noise=0.3, seed=seed, shared_cpu=True)
+        assert localize(clean.hosts, clean).outcome == "all_good", seed
+
+
+def test_threshold_never_at_or_below_zero() -> None:
+    base = baseline([0.0945, 0.01, 0.4, 0.002])
+    assert base.threshold > 0 and base.too_wide
+    assert baseline([1.0, 1.0, 1.0]).factor == pytest.approx(2.0)  # at least half the median
 
 
 def test_judge_baseline_and_expectation() -> None:
     peers = [Measured(("a", "b"), bw) for bw in (1.0, 1.1, 0.9, 1.05)]
-    med, threshold = baseline([1.0, 1.1, 0.9, 1.05])
-    assert med == pytest.approx(1.025) and threshold == pytest.approx(1.025 * 0.7)
-    slow = judge(Measured(("c", "d"), 0.5), peers)
-    assert not slow.passed and slow.basis == "same-size worlds" and "0.5 GB/s <" in slow.reason
+    base = baseline([1.0, 1.1, 0.9, 1.05])
+    assert base.median == pytest.approx(math.sqrt(1.0 * 1.05))  # geometric: the middle two
+    assert base.threshold == pytest.approx(base.median * 0.5)
+    slow = judge(Measured(("c", "d"), 0.4), peers)
+    assert not slow.passed and slow.basis == "same-size worlds" and "0.4 GB/s <" in slow.reason
     fine = judge(Measured(("c", "d"), 0.95), peers)
     assert fine.passed and fine.judged
-    lonely = judge(Measured(("c", "d"), 0.01), peers[:1], passing=[1.0])
+    lonely = judge(Measured(("c", "d"), 0.01), peers[:1], passing=[peers[0]])
     assert lonely.passed and not lonely.judged and lonely.basis == "none"
     topo = judge(Measured(("c", "d"), 0.4), peers, expectation=lambda m: 0.45)
     assert not topo.passed and topo.basis == "topology" and topo.threshold_gbps == 0.45
     err = judge(Measured(("c", "d"), None, error="boom"), peers)
-    ref = judge(Measured(("c", "d"), 0.6), [], passing=[1.0, 1.0])
+    ref = judge(Measured(("c", "d"), 0.45), [], passing=peers[:2])
     assert not ref.passed and ref.basis == "passing worlds"
+    # a bigger world is never judged against smaller ones: 8 hosts against pairs is "none"
+    big = judge(Measured(tuple("abcdefgh"), 0.3), [], passing=peers)
+    assert big.passed and not big.judged and big.basis == "none"
     assert not err.passed and err.basis == "error"

@@ -17,8 +17,11 @@ from gpufleet.model import (
     FabricInfo,
     GpuNvLinks,
     GpuRecovery,
+    IbLink,
+    IbPort,
     ImageInfo,
     KernelsInfo,
+    NcclConnection,
     NvLink,
     OsInfo,
     PciFunction,
@@ -26,11 +29,13 @@ from gpufleet.model import (
     Report,
     SmokeCheck,
     SmokeResult,
+    TransportRecord,
     XidEvent,
 )
 from gpufleet.probes.gpus import THROTTLE_BITS, decode_throttle_mask
 from gpufleet.rules import RULES, evaluate, reference
 from gpufleet.rules.escalation import RULES as ESCALATION_RULES
+from gpufleet.rules.fabric_delta import RULES as DELTA_RULES
 from gpufleet.rules.history import RULES as HISTORY_RULES
 from gpufleet.rules.slurm import RULES as SLURM_RULES
 
@@ -239,6 +244,27 @@ CASES.update({
               "gpu02"),
 })
 
+# The fabric (rules/fabric.py); its counter deltas fire in tests/unit/test_fabric_rules.py.
+_UP = IbLink("mlx5_0", "1", state="ACTIVE", phys_state="LinkUp", link_layer="InfiniBand")
+_KEYS = {h: {"facts": {"ib_links": (dataclasses.replace(_UP, pkeys=("0x8001", "0xffff")),)}}
+         for h in ("gpu01", "gpu03", "gpu04")}
+_SOCKETS = TransportRecord("nccl init log", "Socket", (NcclConnection(1, 2, "NET/Socket", 1),))
+CASES.update({
+    "GF450": (lambda: fleet({"gpu02": {"facts": {"ib_links": (dataclasses.replace(
+        _UP, state="DOWN", phys_state="Polling"),)}}}), "gpu02"),
+    "GF451": (lambda: fleet({"gpu02": {"facts": {
+        "ib_links": (_UP, dataclasses.replace(_UP, device="mlx5_1")),
+        "ib_ports": (IbPort("mlx5_0", "1", "400 Gb/sec (4X NDR)", 400.0),
+                     IbPort("mlx5_1", "1", "200 Gb/sec (4X HDR)", 200.0))}}}), "gpu02"),
+    "GF452": (lambda: fleet({**_KEYS, "gpu02": {"facts": {"ib_links": (dataclasses.replace(
+        _UP, pkeys=("0x8002", "0xffff")),)}}}), "gpu02"),
+    "GF620": (lambda: fleet({h: {"facts": {"ib_links": (_UP,)},
+                                 "smoke": {"hosts": ("gpu01", "gpu02"), "transport": _SOCKETS}}
+                             for h in ("gpu01", "gpu02")}), "gpu02"),
+    "GF621": (lambda: fleet({"gpu02": {"smoke": {"transport": TransportRecord(
+        "nccl init log", None, (NcclConnection(0, 1, "SHM/direct/direct", 24),))}}}), "gpu02"),
+})
+
 
 _UUID0 = "GPU-00000000-0000-0000-0000-000000000000"
 _MEMBW_LOW = SmokeCheck("membw", True, "", {"per_rank": {"0": {
@@ -263,13 +289,14 @@ CASES.update({
 def test_every_rule_has_a_firing_case() -> None:
     # History rules fire against saved runs: tests/unit/test_history.py.
     # GF9xx record what node-check did in Slurm (tests/unit/test_slurm_plan.py fires them).
-    # GF43x escalate over the run store (tests/unit/test_escalation.py fires them).
+    # GF43x escalate over the run store (tests/unit/test_escalation.py fires them); GF455-GF459
+    # compare counters with the store's last run (tests/unit/test_fabric_rules.py).
     assert set(CASES) == (set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
-                          - set(ESCALATION_RULES))
+                          - set(ESCALATION_RULES) - set(DELTA_RULES))
 
 
 @pytest.mark.parametrize("rule", sorted(set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
-                      - set(ESCALATION_RULES)))
+                                         - set(ESCALATION_RULES) - set(DELTA_RULES)))
 def test_rule_fires(rule: str) -> None:
     build, host = CASES[rule]
     found = [f for f in evaluate(build(), now=NOW) if f.rule == rule]

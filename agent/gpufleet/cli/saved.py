@@ -22,6 +22,7 @@ from gpufleet.report.diff import diff_reports
 from gpufleet.report.history_text import render_history
 from gpufleet.report.pipeline import amend
 from gpufleet.rules.escalation import escalation_findings
+from gpufleet.rules.fabric_delta import delta_findings
 from gpufleet.rules.history import drift_findings
 
 
@@ -91,9 +92,13 @@ def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any
     store = RunStore(store_dir)
     try:
         entries = store.entries()
-        report = amend(report, [*drift_findings(document(report), entries),
-                                *escalation_findings(document(report), entries, store.load,
-                                                     report.specs)])
+        doc = document(report)
+        report = amend(report, [
+            *drift_findings(doc, entries),
+            *escalation_findings(doc, entries, store.load, report.specs),
+            *(delta_findings(doc, store.load(entries[-1]),
+                             {n: s.expect for n, s in report.specs.items()}) if entries else []),
+        ])
         doc = document(report)
         doc["history"] = history_section(doc, entries, store.load)
     except StoreError as exc:

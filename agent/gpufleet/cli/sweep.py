@@ -16,6 +16,7 @@ from gpufleet.engines.slurm.smoke import AllocationError, run_slurm_smoke
 from gpufleet.history import RunStore, StoreError
 from gpufleet.inventory import ExpectError, InventoryError, load_expectations, load_inventory
 from gpufleet.localize import render as localize_render
+from gpufleet.localize.rails import check_names
 from gpufleet.localize.worlds import run_localize
 from gpufleet.model import HostResult, HostSpec, Report
 from gpufleet.redact import text as inert
@@ -66,6 +67,9 @@ def add_localize(sub: Any) -> None:
                           "the bandwidth has an expectation, else sqrt)")
     loc.add_argument("--max-worlds", type=options.positive(int), default=64, metavar="N",
                      help="stop after N worlds (default 64)")
+    loc.add_argument("--rails", metavar="IF,IF", default="",
+                     help="also search rail-only worlds: one per interface named (the same "
+                          "name on every host), each world's traffic on that NIC")
     loc.set_defaults(run=cmd_localize)
 
 
@@ -156,13 +160,18 @@ def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
 def cmd_localize(args: argparse.Namespace) -> int:
     if not args.inventory:
         raise UsageError("localize needs an inventory (-i): worlds span several hosts")
+    rails = [r for r in (args.rails or "").split(",") if r]
+    try:
+        check_names(rails)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
     specs = _specs(args)
     run = run_localize(
         specs, level=args.level, force=args.force, forks=args.forks,
         connect_timeout=args.connect_timeout, probe_timeout=args.timeout,
         smoke_timeout=args.smoke_timeout or levels.timeout(args.level),
         accept_new_host_keys=args.accept_new_host_keys, strategy=args.groups,
-        max_worlds=args.max_worlds,
+        max_worlds=args.max_worlds, rails=rails,
     )
     # No rules here: the worlds are the evidence, the search's outcome the verdict.
     report = summarized(Report(hosts=run.results, specs=run.specs, generated_at=options.now(),
@@ -173,4 +182,4 @@ def cmd_localize(args: argparse.Namespace) -> int:
         out.write(json.dumps(doc, indent=2))
     else:
         out.write(localize_render.table(doc, color=out.tty, width=out.width()))
-    return EXIT_OK if run.search.outcome == "all_good" else EXIT_FINDINGS
+    return EXIT_OK if run.outcome == "all_good" else EXIT_FINDINGS

@@ -7,25 +7,35 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from gpufleet.localize.search import Suspect
+from gpufleet.localize.search import Localization, Suspect
 from gpufleet.localize.worlds import LocalizeRun
 from gpufleet.model import HostSpec
+from gpufleet.redact import clean
 
 Doc = dict[str, Any]
 
 
-def remediation(suspect: Suspect, specs: Mapping[str, HostSpec], worlds: str) -> str:
-    """What to do about a suspect: drain it (a Slurm line where the inventory names the node)."""
-    reason = f"gpufleet localize: slow or failing in multinode worlds {worlds}"
+def remediation(suspect: Suspect, specs: Mapping[str, HostSpec], worlds: str,
+                rail: str | None = None) -> str:
+    """What to do about a suspect: drain it (a Slurm line where the inventory names the node).
+    On a rail: the NIC of that rail on that host, or that rail's path between two hosts."""
+    on = f" on rail {rail}" if rail else ""
+    reason = f"gpufleet localize: slow or failing in multinode worlds {worlds}{on}"
     lines = []
-    if suspect.kind == "host":
+    if suspect.kind == "host" and rail:
+        (host,) = suspect.hosts
+        lines.append(f"check rail {rail} on {host} (that NIC, its cable and switch port: "
+                     f"`ip -s link show {rail}`, `ethtool {rail}`, `ibstat`); keep {host} out of "
+                     "multi-host jobs meanwhile")
+    elif suspect.kind == "host":
         (host,) = suspect.hosts
         lines.append(f"drain {host}: keep it out of multi-host jobs (e.g. --limit '!{host}') "
                      "until its network path (NIC, cable, switch port) is checked")
     elif suspect.kind == "link":
         a, b = suspect.hosts
-        lines.append(f"check the path between {a} and {b} (cables, switch ports, routing): each "
-                     "passes with other hosts; drain one of them from multi-host jobs meanwhile")
+        lines.append(f"check the path between {a} and {b}{on} (cables, switch ports, routing): "
+                     "each passes with other hosts; drain one of them from multi-host jobs "
+                     "meanwhile")
     else:
         lines.append("rerun `gpufleet localize` limited to these hosts; no single host or pair "
                      "reproduced the failure")
@@ -38,8 +48,21 @@ def remediation(suspect: Suspect, specs: Mapping[str, HostSpec], worlds: str) ->
 
 
 def section(run: LocalizeRun) -> Doc:
-    """The `localize` section of the report (gpufleet/schema/report-v1.json: $defs.localize)."""
-    s = run.search
+    """The `localize` section of the report (gpufleet/schema/report-v1.json: $defs.localize):
+    the search, and with --rails one search per rail under "rails"."""
+    doc = _search(run, run.search)
+    doc["outcome"] = run.outcome
+    if run.rails:
+        doc["search_outcome"] = run.search.outcome
+        doc["rails"] = {r.rail: {**_search(run, r.search, rail=r.rail), "missing": list(r.missing)}
+                        for r in run.rails}
+    # World errors, reasons and exclusions are host output: inert here, once, for every format
+    # (security review F8: escapes reached the terminal and tokens the JSON).
+    cleaned: Doc = clean(doc)
+    return cleaned
+
+
+def _search(run: LocalizeRun, s: Localization, rail: str | None = None) -> Doc:
     worlds = [{
         "index": w.index, "stage": w.stage, "members": list(w.members), "passed": w.passed,
         "judged": w.verdict.judged, "busbw_gbps": w.measured.busbw_gbps,
@@ -53,7 +76,7 @@ def section(run: LocalizeRun) -> Doc:
         suspects.append({
             "kind": sus.kind, "hosts": list(sus.hosts), "convicted_by": list(sus.convicted_by),
             "cleared_by": list(sus.cleared_by), "reason": sus.reason,
-            "remediation": remediation(sus, run.specs, ids),
+            "remediation": remediation(sus, run.specs, ids, rail),
         })  # fmt: skip
     return {
         "outcome": s.outcome,
@@ -90,8 +113,10 @@ def table(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> s
                   markup=False)  # host names and errors are data: "[n01, n02]" is no markup tag
     loc = doc["localize"]
     worlds = {w["index"]: w for w in loc["worlds"]}
+    rails = list((loc.get("rails") or {}).values())
     head = {"all_good": ("all good", "bold green"),
-            "suspects": (f"{len(loc['suspects'])} suspect(s)", "bold red"),
+            "suspects": (f"{len(loc['suspects']) + sum(len(r['suspects']) for r in rails)} "
+                         "suspect(s)", "bold red"),
             "inconclusive": ("inconclusive", "bold yellow")}[loc["outcome"]]
     con.print(Text(f"{head[0]}: {len(loc['hosts'])} host(s) tested, {loc['worlds_run']} "
                    f"world(s) in {loc['wall_s']:.1f} s (first level: {loc['strategy']}; slow "
@@ -110,6 +135,15 @@ def table(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> s
         con.print(Text(f"undecided: {', '.join(loc['undecided'])}", style="yellow"))
     for note in loc["notes"]:
         con.print(Text(f"note: {note}", style="yellow"))
+    for rail, r in (loc.get("rails") or {}).items():
+        con.print(Text(f"rail {rail}: {r['outcome'].replace('_', ' ')}, {r['worlds_run']} "
+                       f"world(s)" + (f"; without it: {', '.join(r['missing'])}"
+                                      if r["missing"] else ""),
+                       style="bold red" if r["suspects"] else "green"))
+        for sus in r["suspects"]:
+            con.print(Text(f"  {sus['kind']} {' <-> '.join(sus['hosts'])} on rail {rail}: "
+                           f"{sus['reason']}", style="red"))
+            con.print(f"  fix: {sus['remediation']}")
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for col in ("#", "stage", "members", "busbw GB/s", "verdict", "s"):
         t.add_column(col, no_wrap=col != "members", overflow="fold")

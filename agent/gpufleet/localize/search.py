@@ -26,9 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from gpufleet.localize.judge import Expectation, Measured, Verdict, judge
+from gpufleet.localize.judge import MIN_PEERS, Expectation, Measured, Verdict, judge
 
 WorldRunner = Callable[[tuple[str, ...]], Measured]
+_RELATIVE = ("passing worlds", "same-size worlds")  # bases with no outside reference
 Stage = Literal["all", "group", "split", "confirm", "link"]
 Strategy = Literal["auto", "domain", "binary", "sqrt"]
 Outcome = Literal["all_good", "suspects", "inconclusive"]
@@ -101,24 +102,28 @@ class _State:
             self.good.update(dict.fromkeys(members))
         return world
 
-    def passing(self) -> list[float]:
-        return [w.measured.busbw_gbps for w in self.worlds if w.passed and w.verdict.judged
+    def passing(self) -> list[Measured]:
+        return [w.measured for w in self.worlds if w.passed and w.verdict.judged
                 and w.measured.busbw_gbps is not None]
 
     def rejudge(self) -> None:
-        """Judge the worlds that had too few peers when they ran: the groups against each other
-        (their median is the baseline), then the all-hosts world against the groups that passed.
+        """Judge the first level once all of it has run: every group against all the groups (a
+        group judged when it ran saw only those before it), then the all-hosts world against
+        the groups that passed (of its size or bigger: judge.py). Who is proven good follows.
         """
-        for stage in ("group", "all"):
+        if self.expectation is None:
             for i, w in enumerate(self.worlds):
-                if w.verdict.judged or w.stage != stage:
-                    continue
+                if w.stage == "group":
+                    others = [o.measured for o in self.worlds if o is not w and o.stage == "group"]
+                    self.worlds[i] = World(w.index, w.stage, w.measured,
+                                           judge(w.measured, others, None, []))
+        for i, w in enumerate(self.worlds):
+            if w.stage == "all" and not w.verdict.judged:
                 others = [o.measured for o in self.worlds if o is not w and o.stage == "group"]
-                passing = self.passing() if stage == "all" else []
-                verdict = judge(w.measured, others, self.expectation, passing)
-                self.worlds[i] = World(w.index, w.stage, w.measured, verdict)
-                if verdict.passed and verdict.judged:
-                    self.good.update(dict.fromkeys(w.members))
+                self.worlds[i] = World(w.index, w.stage, w.measured,
+                                       judge(w.measured, others, self.expectation, self.passing()))
+        self.good = dict.fromkeys(h for w in self.worlds if w.passed and w.verdict.judged
+                                  for h in w.members)
 
     def world(self, index: int) -> World:
         return self.worlds[index - 1]
@@ -130,8 +135,8 @@ class _State:
 
     def convict(self, host: str, *worlds: World, reason: str) -> None:
         if host not in self.convicted():
-            self.suspects.append(Suspect("host", (host,), tuple(w.index for w in worlds),
-                                         reason=reason))
+            failed = tuple(w.index for w in worlds if not w.passed)
+            self.suspects.append(Suspect("host", (host,), failed, reason=reason))
 
     def partner(self, host: str, avoid: Sequence[str] = ()) -> str | None:
         """A host proven good, not `host`, not suspected; outside `avoid` (the failing world:
@@ -150,11 +155,27 @@ class _State:
         if partner is None:
             return None
         w = self.test((partner, host), "confirm")
-        if not w.passed:
-            self.convict(host, evidence, w, reason=f"fails with {partner}, a host proven good "
-                         f"(world {w.index}: {w.verdict.reason})")
-            return True
-        return False
+        if w.passed and not w.verdict.judged:
+            return None  # too noisy (or nothing to compare with) to tell
+        if w.passed:
+            return False
+        worlds, partners = [w], [partner]
+        if w.verdict.basis in _RELATIVE:
+            # Judged against this run's worlds only, a slow world may be noise: a second good
+            # partner must see it too before the host is named (one more world per conviction).
+            second = self.partner(host, (*evidence.members, partner))
+            if second is not None and second != partner:
+                again = self.test((second, host), "confirm")
+                if again.passed:
+                    self.notes.append(f"{host} was slow with {partner} (world {w.index}) but "
+                                      f"not with {second} (world {again.index}): not named")
+                    return None if not again.verdict.judged else False
+                worlds.append(again)
+                partners.append(second)
+        self.convict(host, evidence, *worlds,
+                     reason=f"fails with {' and '.join(partners)}, proven good (world "
+                            f"{worlds[-1].index}: {worlds[-1].verdict.reason})")
+        return True
 
     # ------------------------------------------------------------------ search
 
@@ -166,6 +187,7 @@ class _State:
         left, right = _halves(members)
         failing: list[tuple[World, tuple[str, ...]]] = []
         singles: list[str] = []
+        unknown: list[int] = []
         for half in (left, right):
             if len(half) == 1:
                 singles.append(half[0])
@@ -173,12 +195,18 @@ class _State:
             w = self.test(half, "split")
             if not w.passed:
                 failing.append((w, half))
+            elif not w.verdict.judged:
+                unknown.append(w.index)
         for w, half in failing:
             self.resolve(w, half)
         single_bad = False
         for host in singles:
             single_bad = bool(self.confirm(host, failed)) or single_bad
         if not failing and not single_bad:
+            if unknown:  # a half that could not be judged is no pass: no link is inferred
+                self.notes.append(f"world {failed.index} failed, but its half (world "
+                                  f"{unknown[0]}) could not be judged: its hosts stay undecided")
+                return
             self.link_search(failed, left, right)
 
     def resolve_pair(self, failed: World, pair: tuple[str, ...]) -> None:
@@ -191,6 +219,12 @@ class _State:
                               "good to confirm against: cannot tell which")
             return
         if not fa and not fb:
+            if failed.verdict.basis in _RELATIVE and self.test(pair, "link").passed:
+                # Judged against this run's own worlds only, one slow world may be noise: the
+                # pair ran again and passed, so nothing is named on that one world.
+                self.notes.append(f"world {failed.index} ({a}, {b}) was slow once "
+                                  f"({failed.verdict.reason}) but passed when run again")
+                return
             cleared = tuple(w.index for w in self.worlds if w.passed and w.verdict.judged
                             and len(w.members) >= 2 and (a in w.members) != (b in w.members))
             self.suspects.append(Suspect(
@@ -211,18 +245,20 @@ class _State:
 
     def link_search(self, failed: World, left: tuple[str, ...], right: tuple[str, ...]) -> None:
         """Both sides pass alone but not together: narrow each side to one end."""
-        while len(left) > 1:
-            l1, l2 = _halves(left)
-            w = self.test((*l1, *right), "link")
-            left = l1 if not w.passed else l2
+        while len(left) > 1 or len(right) > 1:
+            side = "left" if len(left) > 1 else "right"
+            a, b = _halves(left if side == "left" else right)
+            w = self.test((*a, *right) if side == "left" else (*left, *a), "link")
+            if w.passed and not w.verdict.judged:
+                self.notes.append(f"world {w.index} could not be judged: the link search from "
+                                  f"world {failed.index} stops there")
+                return
             if not w.passed:
                 failed = w
-        while len(right) > 1:
-            r1, r2 = _halves(right)
-            w = self.test((*left, *r1), "link")
-            right = r1 if not w.passed else r2
-            if not w.passed:
-                failed = w
+            if side == "left":
+                left = a if not w.passed else b
+            else:
+                right = a if not w.passed else b
         pair = (left[0], right[0])
         w = failed if set(failed.members) == set(pair) else self.test(pair, "link")
         if w.passed:
@@ -254,16 +290,28 @@ def first_level(
         return "domain", [tuple(g) for g in groups.values()]
     if strategy == "binary" or (strategy in ("auto", "domain") and have_expectation):
         return "binary", list(_halves(hosts))
+    return "sqrt", sqrt_groups(hosts)
+
+
+def sqrt_groups(hosts: Sequence[str]) -> list[tuple[str, ...]]:
+    """About sqrt(N) groups that are each other's baseline, so of one size: worlds are only
+    compared with worlds of their size (judge.py). Groups of s = isqrt(N) hosts (at least 2, and
+    at least 3 groups where N allows); the r = N mod s left over join the first r groups where
+    both sizes then keep MIN_PEERS groups, else each is a group of one (confirmed against a
+    host proven good, one pair world each)."""
     n = len(hosts)
-    # ceil(sqrt(N)) groups, at least 3 (a baseline needs peers), of 2 hosts at least.
-    k = max(1, min(max(3, math.ceil(math.sqrt(n))), n // 2))
-    size, extra = divmod(n, k)
+    s = max(2, min(math.isqrt(n), n // MIN_PEERS))
+    k, r = divmod(n, s)
+    if k == 0:
+        return [tuple(hosts)]
+    sizes = [s] * k
+    if r and min(r, k - r) >= MIN_PEERS:
+        sizes = [s + 1] * r + [s] * (k - r)
     out, start = [], 0
-    for i in range(k):
-        end = start + size + (1 if i < extra else 0)
-        out.append(tuple(hosts[start:end]))
-        start = end
-    return "sqrt", out
+    for size in sizes:
+        out.append(tuple(hosts[start:start + size]))
+        start += size
+    return out + [(h,) for h in hosts[start:]]
 
 
 def localize(
@@ -289,6 +337,9 @@ def localize(
         undecided = tuple(h for h in hosts if h not in st.good and h not in named)
         if outcome is None:
             outcome = "suspects" if suspects else "inconclusive"
+        if outcome != "all_good":
+            st.notes.extend(f"world {w.index} ({len(w.members)} hosts): {w.verdict.reason}"
+                            for w in st.worlds if not w.verdict.judged and w.stage != "all")
         return Localization(hosts, used, outcome, tuple(st.worlds), suspects, good, undecided,
                             tuple(st.notes), round(clock() - started, 3))
 
@@ -306,17 +357,23 @@ def localize(
         tested = [(g, st.world(w.index) if w is not None else None) for g, w in tested]
         whole = st.world(whole.index)
         if not whole.verdict.judged:
-            st.notes.append("no bandwidth expectation and too few worlds for a baseline: only "
-                            "errors and hangs were judged (set "
-                            "gpufleet_multinode_min_busbw_gbps)")
-        if whole.passed and whole.verdict.judged and all(
-                w is None or (w.passed and w.verdict.judged) for _, w in tested):
-            return done("all_good")
+            st.notes.append(f"the all-hosts world ({len(hosts)} hosts) was judged on errors and "
+                            "hangs only: no other world of its size or bigger to compare its "
+                            "bandwidth with (set gpufleet_multinode_min_busbw_gbps)")
+        confirmed = whole.passed and all(w is None or (w.passed and w.verdict.judged)
+                                         for _, w in tested)
+        if confirmed:
+            # Every group is good: the hosts left over (groups of one) each get a good partner.
+            for g, w in tested:
+                if w is None:
+                    st.confirm(g[0], whole)
+            if all(h in st.good for h in hosts):
+                return done("all_good")
         for g, w in tested:
             if w is not None and not w.passed:
                 st.resolve(w, g)
         for g, w in tested:
-            if w is None:
+            if w is None and not confirmed:
                 st.confirm(g[0], whole)
         if not whole.passed and not st.suspects:
             _across(st, whole, [g for g, _ in tested])

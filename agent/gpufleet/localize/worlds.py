@@ -18,8 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.localize.judge import Expectation, Measured
-from gpufleet.localize.search import Localization, Strategy, localize
+from gpufleet.localize.rails import RailSearch, on_rail, read_addresses, search_rails
+from gpufleet.localize.search import Localization, Strategy, WorldRunner, localize
 from gpufleet.model import Facts, HostResult, HostSpec, SmokeResult
+from gpufleet.redact import text as inert
 from gpufleet.sweep.fanout import fan_out
 from gpufleet.sweep.sweep import connect_and_probe
 from gpufleet.transport import Transport, TransportError
@@ -62,6 +64,15 @@ class LocalizeRun:
     search: Localization
     expectation: str  # where "slow" came from, in words
     specs: Mapping[str, HostSpec] = field(default_factory=dict)
+    rails: tuple[RailSearch, ...] = ()  # --rails: one search per rail (localize/rails.py)
+
+    @property
+    def outcome(self) -> str:
+        """all_good only when the search and every rail's search are."""
+        outcomes = {self.search.outcome, *(r.search.outcome for r in self.rails)}
+        if outcomes == {"all_good"}:
+            return "all_good"
+        return "suspects" if "suspects" in outcomes else "inconclusive"
 
 
 def inventory_floor(specs: Mapping[str, HostSpec]) -> Expectation | None:
@@ -124,16 +135,29 @@ def _versions(transport: Transport, spec: HostSpec) -> dict[str, str | None] | s
     if spec.expect.smoke_runtime == "docker":
         return {}  # the image digest pins them; run_multinode checks inside the image
     res = transport.run([spec.expect.smoke_python, "-c", _VERSIONS], timeout=60)
-    line = (res.stdout.strip().splitlines() or [""])[-1]
+    return parse_versions(res.stdout, res.stderr, res.rc, spec.expect.smoke_python)
+
+
+def parse_versions(stdout: str, stderr: str, rc: int | None,
+                   python: str) -> dict[str, str | None] | str:
+    """The _VERSIONS script's last line as {"torch", "cuda", "nccl"}: each a string or None,
+    or a sentence saying why not. The host's answer is untrusted: a list or a number there
+    crashed the exclusions for every host (security review F16), so anything but a string or
+    null makes this one host's versions unreadable."""
+    line = (stdout.strip().splitlines() or [""])[-1]
     try:
         got = json.loads(line)
     except ValueError:
-        return f"could not read torch versions: {(res.stderr.strip() or f'exit {res.rc}')[-300:]}"
+        return f"could not read torch versions: {(stderr.strip() or f'exit {rc}')[-300:]}"
     if not isinstance(got, dict):
-        return "could not read torch versions"
+        return "could not read torch versions: not a JSON object"
     if got.get("error") or not got.get("torch"):
-        return f"no usable torch for {spec.expect.smoke_python}: {got.get('error', 'not found')}"
-    return {k: got.get(k) for k in ("torch", "cuda", "nccl")}
+        return f"no usable torch for {python}: {inert(got.get('error') or 'not found')[:300]}"
+    picked = {k: got.get(k) for k in ("torch", "cuda", "nccl")}
+    odd = sorted(k for k, v in picked.items() if v is not None and not isinstance(v, str))
+    if odd:
+        return f"could not read torch versions: {', '.join(odd)} not a string"
+    return {k: v if v is None else inert(v)[:100] for k, v in picked.items()}
 
 
 def _exclusions(
@@ -176,6 +200,49 @@ def _baseline(expectation: Expectation | None,
     return None, "this run's worlds (median of same-size worlds minus margin)"
 
 
+def progress_line(show: Callable[[str], None]) -> Callable[[str], None]:
+    """`show`, with each line made inert first: progress carries host output (smoke errors,
+    exclusion reasons), and stderr is a terminal (security review F8)."""
+    return lambda text: show(inert(text))
+
+
+@dataclass(frozen=True)
+class _Worlds:
+    """Makes world runners over the held connections: `(specs, label)` -> a WorldRunner whose
+    worlds are one run_multinode each (the specs decide interface and address: rails.py)."""
+
+    held: Mapping[str, Transport]
+    facts: Mapping[str, Facts]
+    versions: Mapping[str, dict[str, str | None] | str]
+    level: str
+    timeout: float
+    force: bool
+    say: Callable[[str], None]
+
+    def __call__(self, spec_of: Mapping[str, HostSpec], label: str) -> WorldRunner:
+        from gpufleet.smoke.runner import run_multinode  # noqa: PLC0415
+
+        def run(names: tuple[str, ...]) -> Measured:
+            members = [(spec_of[n], self.held[n], self.facts[n]) for n in names]
+            started = time.monotonic()
+            try:
+                # The versions read before the search: no torch import per host per world to
+                # read them again (run_multinode still compares them across the world).
+                known = {n: v for n in names if isinstance(v := self.versions.get(n), dict)}
+                smokes = run_multinode(members, level=self.level, timeout=self.timeout,
+                                       force=self.force, versions=known)
+            except Exception as exc:  # the world failed as a whole
+                return Measured(names, None, error=f"{type(exc).__name__}: {exc}",
+                                duration_s=time.monotonic() - started)
+            m = measured(names, smokes, round(time.monotonic() - started, 3))
+            bw = f"{m.busbw_gbps:.4g} GB/s" if m.busbw_gbps is not None else "no bandwidth"
+            self.say(f"{label}world of {len(names)} ({', '.join(names)}): {bw}"
+                     f"{'; ' + m.error[:200] if m.error else ''} in {m.duration_s:.1f} s")
+            return m
+
+        return run
+
+
 def run_localize(
     specs: Sequence[HostSpec],
     *,
@@ -189,15 +256,16 @@ def run_localize(
     strategy: Strategy = "auto",
     max_worlds: int | None = None,
     expectation: Expectation | None = None,
+    rails: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
 ) -> LocalizeRun:
-    """Connect, probe, exclude, then search. `expectation` (e.g. from the topology) wins over
-    the inventory floor; without either, the run's own worlds are the baseline."""
-    from gpufleet.smoke.runner import run_multinode  # noqa: PLC0415
-
-    say = progress or (lambda text: print(f"gpufleet: {text}", file=sys.stderr))
+    """Connect, probe, exclude, then search (and search each rail: localize/rails.py).
+    `expectation` (e.g. from the topology) wins over the inventory floor; without either, the
+    run's own worlds are the baseline."""
+    say = progress_line(progress or (lambda text: print(f"gpufleet: {text}", file=sys.stderr)))
     held: dict[str, Transport] = {}
     versions: dict[str, dict[str, str | None] | str] = {}
+    addresses: dict[str, dict[str, str | None]] = {}
     lock = threading.Lock()
 
     def work(spec: HostSpec) -> HostResult:
@@ -209,8 +277,10 @@ def run_localize(
         try:
             if probed.status == "ok":
                 found = _versions(transport, spec)
+                on_rails = read_addresses(transport, rails)
                 with lock:
                     held[spec.name], versions[spec.name] = transport, found
+                    addresses[spec.name] = on_rails
                 return probed
         except TransportError as exc:
             probed = HostResult(name=spec.name, status=exc.status, error=exc.message)
@@ -226,30 +296,20 @@ def run_localize(
         hosts = [s.name for s in specs if s.name in held and s.name not in excluded]
         facts: dict[str, Facts] = {n: f for n in hosts if (f := results[n].facts) is not None}
 
-        def run(names: tuple[str, ...]) -> Measured:
-            members = [(by_name[n], held[n], facts[n]) for n in names]
-            started = time.monotonic()
-            try:
-                # The versions read before the search: no torch import per host per world to
-                # read them again (run_multinode still compares them across the world).
-                known = {n: v for n in names if isinstance(v := versions.get(n), dict)}
-                smokes = run_multinode(members, level=level, timeout=smoke_timeout, force=force,
-                                       versions=known)
-            except Exception as exc:  # the world failed as a whole
-                return Measured(names, None, error=f"{type(exc).__name__}: {exc}",
-                                duration_s=time.monotonic() - started)
-            m = measured(names, smokes, round(time.monotonic() - started, 3))
-            bw = f"{m.busbw_gbps:.4g} GB/s" if m.busbw_gbps is not None else "no bandwidth"
-            say(f"world of {len(names)} ({', '.join(names)}): {bw}"
-                f"{'; ' + m.error[:200] if m.error else ''} in {m.duration_s:.1f} s")
-            return m
+        runner = _Worlds(held, facts, versions, level=level, timeout=smoke_timeout,
+                         force=force, say=say)
+
+        def on(rail: str, have: Mapping[str, str]) -> WorldRunner:
+            return runner({n: on_rail(by_name[n], rail, a) for n, a in have.items()},
+                          f"rail {rail}: ")
 
         chosen, basis = _baseline(expectation, {n: by_name[n] for n in hosts})
         domains = failure_domains([by_name[n] for n in hosts], strategy)
-        search = localize(hosts, run, expectation=chosen, domains=domains, strategy=strategy,
-                          max_worlds=max_worlds)
+        search = localize(hosts, runner(by_name, ""), expectation=chosen, domains=domains,
+                          strategy=strategy, max_worlds=max_worlds)
+        per_rail = search_rails(hosts, rails, addresses, on, expectation=chosen,
+                                domains=domains, strategy=strategy, max_worlds=max_worlds)
     finally:
         for transport in held.values():
             transport.close()
-    return LocalizeRun(results, excluded, search, basis, by_name)
-
+    return LocalizeRun(results, excluded, search, basis, by_name, per_rail)

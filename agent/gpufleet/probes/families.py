@@ -16,6 +16,7 @@ from gpufleet.probes import (
     kernel_log,
     kernels,
     nccl,
+    nvlink_errors,
     pci,
     processes,
     recovery,
@@ -30,6 +31,7 @@ FAMILIES: tuple[Family, ...] = (
     gpus.GPUS,
     topo.TOPOLOGY,
     topo.NVLINK,
+    nvlink_errors.NVLINK_ERRORS,
     fabric.FABRIC,
     containers.TOOLKIT,
     containers.DOCKER,
@@ -44,6 +46,7 @@ FAMILIES: tuple[Family, ...] = (
     ib.IB_PORTS,
     kernels.KERNELS,
     recovery.GPU_RECOVERY,
+    ib.IB_LINKS,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

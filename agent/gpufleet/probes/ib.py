@@ -6,6 +6,7 @@ Source of the format: torvalds/linux drivers/infiniband/core/sysfs.c `rate_show`
 number is ".5" or empty; the last is the speed name with its space), e.g. "400 Gb/sec (4X NDR)",
 "2.5 Gb/sec (1X SDR)"; Documentation/ABI/stable/sysfs-class-infiniband lists the file.
 probe.sh prints `DEVICE PORT RATE` per port; no line at all when there is no RDMA device.
+The ib_links family below reads each port's state, counters, PKeys and RoCE netdev.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpufleet.model import IbPort
+from gpufleet.model import IbLink, IbPort
 from gpufleet.probes.sections import Family, ProbeOutput
 
 _LINE = re.compile(r"^([A-Za-z0-9_.:-]{1,64}) ([0-9]{1,4}) (\S.{0,63})$")
@@ -45,3 +46,76 @@ def build_ib_ports(out: ProbeOutput) -> dict[str, Any]:
 
 IB_PORTS = Family("ib_ports", sections=("ib_ports",), errors=("ib_ports",),
                   fields=("ib_ports",), build=build_ib_ports)
+
+
+# ---------------------------------------------------------------------------------- ib_links
+# Each port's health, from the same sysfs tree. Layout and formats (torvalds/linux@0147ebcf:
+# drivers/infiniband/core/sysfs.c, and Documentation/ABI/stable/sysfs-class-infiniband):
+# - ports/N/state `"%d: %s"` (state_show: NOP DOWN INIT ARMED ACTIVE ACTIVE_DEFER);
+#   phys_state `"%d: %s"` (phys_state_show: Sleep Polling Disabled PortConfigurationTraining
+#   LinkUp LinkErrorRecovery "Phy Test"); link_layer "InfiniBand" | "Ethernet" (RoCE);
+# - ports/N/counters/*: the PMA PortCounters, one unsigned number each (symbol_error,
+#   link_error_recovery, link_downed, port_rcv_errors, …, local_link_integrity_errors,
+#   excessive_buffer_overrun_errors, VL15_dropped, port_xmit_data, …), "N/A (no PMA)" when the
+#   device has no PMA (show_pma_counter);
+# - ports/N/hw_counters/*: the driver's own counters (mlx5: rnr_nak_retry_err,
+#   local_ack_timeout_err, out_of_sequence, …; rdma_counter stats), one number each;
+# - ports/N/pkeys/I `"0x%04x"` (show_port_pkey; 0x0000 is an empty slot, not printed by the
+#   probe); gids/0 `%pI6`; gid_attrs/ndevs/0 the netdev name (print_ndev; RoCE only);
+# - /sys/class/net/NETDEV/carrier_changes (Documentation/ABI/testing/sysfs-class-net): how many
+#   times the link went up or down since the netdev was created: the RoCE port's flaps.
+_PORT = re.compile(r"^port ([A-Za-z0-9_.:-]{1,64}) ([0-9]{1,4})$")
+_STATE = re.compile(r"^(state|phys_state) [0-9]{1,3}: ([A-Za-z_ ]{1,40}|<unknown>)$")
+_LAYER = re.compile(r"^link_layer (InfiniBand|Ethernet|Unknown)$")
+_COUNTER = re.compile(r"^(counter|hw_counter) ([A-Za-z0-9_]{1,64}) ([0-9]{1,20})$")
+_PKEY = re.compile(r"^pkey [0-9]{1,5} (0x[0-9a-f]{4})$")
+_GID = re.compile(r"^gid0 ([0-9a-f:]{2,39})$")
+_NETDEV = re.compile(r"^netdev ([A-Za-z0-9_.:@-]{1,15})$")
+_CARRIER = re.compile(r"^carrier_changes ([0-9]{1,12})$")
+MAX_COUNTERS = 256  # per port and kind: mlx5 has fewer than 100; more is not sysfs
+
+
+def parse_ib_links(text: str) -> tuple[IbLink, ...]:
+    """probe.sh's ib_links section -> one IbLink per `port DEVICE PORT` block.
+
+    Every line must match its exact shape (host output is untrusted); a line that does not is
+    skipped, as is a counter that is not a number ("N/A (no PMA)")."""
+    ports: list[dict[str, Any]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if m := _PORT.match(line):
+            ports.append({"device": m.group(1), "port": m.group(2), "counters": {},
+                          "hw_counters": {}, "pkeys": []})
+            continue
+        if not ports:
+            continue
+        cur = ports[-1]
+        if m := _STATE.match(line):
+            cur[m.group(1)] = m.group(2)
+        elif m := _LAYER.match(line):
+            cur["link_layer"] = m.group(1)
+        elif m := _COUNTER.match(line):
+            table = cur["counters" if m.group(1) == "counter" else "hw_counters"]
+            if len(table) < MAX_COUNTERS:
+                table[m.group(2)] = int(m.group(3))
+        elif m := _PKEY.match(line):
+            if m.group(1) not in cur["pkeys"] and len(cur["pkeys"]) < MAX_COUNTERS:
+                cur["pkeys"].append(m.group(1))
+        elif m := _GID.match(line):
+            cur["gid0"] = m.group(1)
+        elif m := _NETDEV.match(line):
+            cur["netdev"] = m.group(1)
+        elif (m := _CARRIER.match(line)) and "netdev" in cur:
+            cur["carrier_changes"] = int(m.group(1))
+    links = [IbLink(**{**p, "pkeys": tuple(sorted(p["pkeys"]))}) for p in ports]
+    return tuple(sorted(links, key=lambda p: (p.device, int(p.port))))
+
+
+def build_ib_links(out: ProbeOutput) -> dict[str, Any]:
+    text = out.ok("ib_links")
+    return {"ib_links": None if text is None else out.safe("ib_links", None, parse_ib_links,
+                                                          text)}
+
+
+IB_LINKS = Family("ib_links", sections=("ib_links",), errors=("ib_links",),
+                  fields=("ib_links",), build=build_ib_links)

@@ -6,8 +6,9 @@
 # stderr, a `==gpufleet-stderr==` line followed by it. rc 127 = tool not found,
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
 # GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
-# /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband, GPUFLEET_BOOT /boot
-# and GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required; only tests set them.
+# /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband, GPUFLEET_SYS_CLASS_NET
+# /sys/class/net, GPUFLEET_BOOT /boot and GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required; only
+# tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -29,6 +30,7 @@ pci=${GPUFLEET_SYS_PCI_DEVICES:-/sys/bus/pci/devices}
 ib=${GPUFLEET_SYS_CLASS_INFINIBAND:-/sys/class/infiniband}
 boot=${GPUFLEET_BOOT:-/boot}
 reboot_flag=${GPUFLEET_REBOOT_REQUIRED:-/var/run/reboot-required}
+net=${GPUFLEET_SYS_CLASS_NET:-/sys/class/net}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -139,6 +141,7 @@ fi
 smi nvidia_smi_q -q
 smi topo topo -m
 smi nvlink nvlink -s
+smi nvlink_errors nvlink -e
 smi compute_apps --query-compute-apps=pid,process_name,used_gpu_memory,gpu_uuid --format=csv
 
 # Only the NVIDIA libraries are kept; `ldconfig -p` lists every library of the host.
@@ -236,6 +239,39 @@ emit pci_gpus 0
 } >"$tmp/out" 2>/dev/null </dev/null
 : >"$tmp/err"
 emit ib_ports 0
+
+# Each RDMA port's health (probes/ib.py has the layout and its sources): `port DEVICE PORT`, then
+# `KEY VALUE` lines: state, phys_state, link_layer, `counter NAME N`, `hw_counter NAME N`, the
+# non-zero `pkey INDEX 0x....`, gid0, and for RoCE the netdev of GID 0 with its carrier_changes.
+{
+    for p in "$ib"/*/ports/*; do
+        [ -d "$p" ] || continue
+        dev=${p%/ports/*}
+        printf 'port %s %s\n' "${dev##*/}" "${p##*/}"
+        for a in state phys_state link_layer; do
+            [ -r "$p/$a" ] && read -r v <"$p/$a" && printf '%s %s\n' "$a" "$v"
+        done
+        for kind in counters hw_counters; do
+            for f in "$p/$kind"/*; do
+                [ -f "$f" ] && read -r v <"$f" && printf '%s %s %s\n' "${kind%s}" "${f##*/}" "$v"
+            done
+        done
+        for f in "$p"/pkeys/*; do
+            [ -f "$f" ] && read -r v <"$f" && [ "$v" != 0x0000 ] && printf 'pkey %s %s\n' "${f##*/}" "$v"
+        done
+        [ -r "$p/gids/0" ] && read -r v <"$p/gids/0" && printf 'gid0 %s\n' "$v"
+        nd=
+        [ -r "$p/gid_attrs/ndevs/0" ] && read -r nd <"$p/gid_attrs/ndevs/0"
+        case $nd in
+            '' | */* | .*) ;;
+            *) printf 'netdev %s\n' "$nd"
+               [ -r "$net/$nd/carrier_changes" ] && read -r v <"$net/$nd/carrier_changes" &&
+                   printf 'carrier_changes %s\n' "$v" ;;
+        esac
+    done
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit ib_links 0
 
 section toolkit nvidia-ctk --version
 section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}},"RuncCommit":{{json .RuncCommit}},"Authz":{{json .Plugins.Authorization}}}'

@@ -14,6 +14,7 @@ from gpufleet.rules import (
     deep,
     desired,
     drift,
+    fabric,
     faults,
     hardware,
     links,
@@ -31,7 +32,7 @@ from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 __all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
 MODULES = (state, desired, drift, compat, security, hardware, faults, perf, smoke, links, nccl,
-           deep, workspace_rules, wedged)
+           deep, workspace_rules, wedged, fabric)
 
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:

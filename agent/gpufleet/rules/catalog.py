@@ -373,6 +373,70 @@ _RULES: tuple[RuleInfo, ...] = (
              meaning="Over this run and the saved runs: a GPU logged Xids whose catalog action "
                      "is a reboot more than 2 times within 7 days (each distinct event is one "
                      "time it asked; gpud's DefaultRebootThreshold = 2: HARDWARE_INSPECTION)."),
+    # GF45x: the RDMA fabric (GF450-GF452 rules/fabric.py; GF455-GF459 rules/fabric_delta.py,
+    # with the thresholds and their sources)
+    RuleInfo("GF450", "error", "RDMA port down",
+             "check the cable, transceiver and switch port of {nic} on {host} (`ibstat {dev} "
+             "{port}`, `mlxlink -d {dev}`); keep {host} out of multi-host jobs until it is "
+             "ACTIVE/LinkUp",
+             meaning="An InfiniBand or RoCE port in /sys/class/infiniband is not `ACTIVE` or "
+                     "its physical state is not `LinkUp`: traffic on that rail falls back or "
+                     "stops.",
+             doc_fill={"nic": "the port", "dev": "DEV", "port": "PORT"}),
+    RuleInfo("GF451", "warning", "RDMA port below the rate of its peers",
+             "reseat or replace the cable/transceiver of {nic} on {host} and check the switch "
+             "port's speed (`mlxlink -d {dev}`): it trained at {rate} Gb/s, its peers at "
+             "{expected} Gb/s",
+             meaning="A port's rate is below the fastest port of the same link layer on the "
+                     "same host (a link that trained at a lower width or speed: HDR on an NDR "
+                     "fabric, 2X instead of 4X).",
+             doc_fill={"nic": "the port", "dev": "DEV", "rate": "R", "expected": "E"}),
+    RuleInfo("GF452", "warning", "PKey differs inside an inventory group",
+             "align the partition of {host} with its group {group} (the subnet manager's "
+             "partitions.conf, or the SR-IOV/VF PKey): most hosts have {majority}",
+             meaning="Hosts in one inventory group whose RDMA ports carry different PKey sets: "
+                     "a job across them cannot open queue pairs in one partition (ClusterMAX's "
+                     "IB PKey criterion).",
+             doc_fill={"group": "GROUP", "majority": "the majority's PKeys"}),
+    RuleInfo("GF455", "error", "fatal RDMA counter rose between runs",
+             "drain {host} from multi-host jobs; check {nic}'s cable, transceiver and switch "
+             "port (`mlxlink -d {dev} -c`, `perfquery`); the counter {counter} rose by {delta}",
+             meaning="Between two saved runs a counter NVSentinel treats as fatal rose at all: "
+                     "`link_downed`, `local_link_integrity_errors`, "
+                     "`excessive_buffer_overrun_errors` or `rnr_nak_retry_err` (Δ>0).",
+             doc_fill={"nic": "the port", "dev": "DEV", "counter": "COUNTER", "delta": "N"}),
+    RuleInfo("GF456", "error", "RDMA symbol errors above the IBTA rate",
+             "replace the cable or transceiver of {nic} on {host} (`mlxlink -d {dev} -c` shows "
+             "the BER): {rate} symbol errors/h, threshold {threshold}/h",
+             meaning="`symbol_error` rose faster than 120 per hour between two saved runs "
+                     "(NVSentinel's symbol_error_fatal: the IBTA bit error rate of 1e-12 at "
+                     "line rate).",
+             doc_fill={"nic": "the port", "dev": "DEV", "rate": "R", "threshold": "120"}),
+    RuleInfo("GF457", "warning", "RDMA error counter rate above its threshold",
+             "check {nic} on {host} and its switch port (`perfquery`, `mlxlink -d {dev}`): "
+             "{counter} at {rate} {unit}, threshold {threshold} {unit}",
+             meaning="The average rate of a non-fatal error counter between two saved runs is "
+                     "above NVSentinel's threshold: `link_error_recovery` >5/min, "
+                     "`port_rcv_errors` >10/s, `port_xmit_discards` >100/s, "
+                     "`local_ack_timeout_err` >1/s.",
+             doc_fill={"nic": "the port", "dev": "DEV", "counter": "COUNTER", "rate": "R",
+                       "unit": "per s|min", "threshold": "T"}),
+    RuleInfo("GF458", "error", "RDMA link flapping",
+             "drain {host} from multi-host jobs and check {nic}'s cable and switch port: "
+             "{flaps} link losses in {hours} h (threshold {threshold} per 24 h)",
+             meaning="A RoCE netdev lost carrier 5 times or more in 24 hours between two saved "
+                     "runs (`carrier_changes` counts each loss and each return; Azure's "
+                     "check_ib_link_flapping: 5 in 24 h).",
+             doc_fill={"nic": "the port", "flaps": "N", "hours": "H", "threshold": "5"}),
+    RuleInfo("GF459", "warning", "NVLink error counters rising",
+             "watch GPU {gpu} link {link} on {host} ({words}): `nvidia-smi nvlink -e -i {gpu}` "
+             "again after load; rising recovery errors or Xid 74 mean drain and reseat or RMA "
+             "the GPU/baseboard (`nvidia-smi nvlink -s -i {gpu}`)",
+             meaning="Between two saved runs an NVLink's replay, recovery or CRC counter "
+                     "(`nvidia-smi nvlink -e`) rose: replays are the link retrying corrupted "
+                     "packets, recoveries are the link retraining. Error when recoveries rose. "
+                     "Threshold Δ>0, Meta GCM's default of 0 tolerated errors.",
+             doc_fill={"gpu": "N", "link": "K", "words": "the counters that rose"}),
     # ---------------------------------------------------------------- GF5xx performance
     RuleInfo("GF501", "error", "bus bandwidth below gpufleet_min_busbw_gbps",
              "check NVLink (`nvidia-smi nvlink -s`), topology (`nvidia-smi topo -m`) and "
@@ -475,6 +539,24 @@ _RULES: tuple[RuleInfo, ...] = (
                      " (code or signal, OOM-killer hint), last phase and collective, the watchdog "
                      "verdict, new XID lines and the deadline record (docs/smoke.md, \"Failure "
                      "causes\")."),
+    # GF62x: the transport the smoke world really used (rules/fabric.py)
+    RuleInfo("GF620", "error", "multinode world fell back to sockets",
+             "make the HCAs reach the ranks on {host} ({cause}); then rerun `gpufleet smoke "
+             "--multinode -l {host}` and check that its transport record says NET/IB",
+             meaning="A multinode NCCL world whose hosts have RDMA ports up ran its network "
+                     "connections over `NET/Socket` (NCCL's own init log, recorded per "
+                     "connection): it still passes, at a fraction of the speed. The likely "
+                     "cause is named: NCCL_IB_DISABLE or NCCL_NET=Socket in a file or the "
+                     "environment, or no IB device visible to the ranks.",
+             doc_fill={"cause": "the cause found"}),
+    RuleInfo("GF621", "warning", "NVLink GPUs talked through shared memory",
+             "find what disabled peer-to-peer on {host} (NCCL_P2P_DISABLE or NCCL_P2P_LEVEL in "
+             "`gpufleet facts -l {host}`' nccl_config, an IOMMU/ACS setting), then rerun "
+             "`gpufleet smoke -l {host}`",
+             meaning="In a one-host multi-GPU run NCCL connected GPUs that `nvidia-smi topo -m` "
+                     "shows joined by NVLink through `SHM` instead of `P2P`: about a tenth of "
+                     "the bandwidth (27 vs 346 GB/s on the captured 2xH200, "
+                     "tests/fixtures/h200x2-2026-11-30/README.md)."),
     # ---------------------------------------------------------------- GF53x deeper checks
     # (smoke/remote/deep.py; {fix} is what the script chose from what it measured)
     RuleInfo("GF530", "warning", "pinned host-device bandwidth below the GPU's PCIe link",

@@ -24,6 +24,7 @@ from gpufleet import bandwidth as expect  # the busbw model (was gpufleet.expect
 from gpufleet.model import Facts, HostSpec, SmokeResult, Topology
 from gpufleet.probes.sections import STDERR_MARK, split_sections
 from gpufleet.smoke import bundle
+from gpufleet.smoke import transport as nccl_log
 from gpufleet.smoke.command import (
     build_command,
     container_name,
@@ -243,11 +244,13 @@ cd "$d" 2>/dev/null || exit 0
 for f in result.json launcher.json exit rank*.json rank*.progress; do
   [ -f "$f" ] && { printf '\n==gpufleet== %s rc=0\n' "$f"; cat "$f"; }
 done
-printf '\n==gpufleet== log rc=0\n'; tail -c %d log 2>/dev/null
+printf '\n==gpufleet== log rc=0\n'; grep -v ' NCCL INFO ' log 2>/dev/null | tail -c %d
+printf '\n==gpufleet== nccl_init rc=0\n'
+sed -n 's/.* NCCL INFO //p' log 2>/dev/null | grep -E "$5" | sort -u | head -n @MAX@
 printf '\n==gpufleet== traces rc=0\n'; ls nccl_trace_rank_* 2>/dev/null
 cd / && rm -rf "$d"
 exit 0
-""".replace("%d", str(LOG_TAIL_BYTES))
+""".replace("%d", str(LOG_TAIL_BYTES)).replace("@MAX@", str(nccl_log.MAX_LINES))
 
 
 def _new_run_id() -> str:
@@ -420,7 +423,7 @@ def _cleanup(h: HostRun, *, quiet: bool = False) -> None:
     name = container_name(h) if h.runtime == "docker" else ""
     try:
         res = h.transport.run(["sh", "-c", _CLEANUP, "sh", h.run_dir, f"{MARKER}={h.run_id}",
-                               name, f"{LABEL}={h.run_id}"], timeout=60)
+                               name, f"{LABEL}={h.run_id}", nccl_log.KEEP], timeout=60)
     except (TransportError, OSError) as e:
         if not quiet:
             h.leftover = f"cleanup failed: {e}"

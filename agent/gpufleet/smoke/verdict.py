@@ -18,6 +18,7 @@ from typing import Any
 from gpufleet.model import RankInfo, SmokeCheck, SmokeResult, SmokeStatus
 from gpufleet.rules.nccl import suspects
 from gpufleet.smoke.hostrun import LOG_TAIL_BYTES, HostRun
+from gpufleet.smoke.transport import GLOO, parse_nccl_init
 
 _ERROR_LINE = re.compile(r"CUDA error|NCCL WARN|NCCL error|ncclInternalError|ncclSystemError|"
                          r"ncclUnhandledCudaError|ncclRemoteError|CUDA out of memory|"
@@ -423,11 +424,14 @@ def from_result(
         notes = [*notes, f"the launcher exited {launch_rc} after the result was written"]
     if notes:
         error = "; ".join([*([error] if error else []), *notes])
+    backend = result.get("backend")
+    transport = GLOO if backend == "gloo" else parse_nccl_init(
+        ln for m in world for ln in m.files.get("nccl_init", "").splitlines())
     return SmokeResult(
-        status=status, level=str(result.get("level", level)), backend=result.get("backend"),
+        status=status, level=str(result.get("level", level)), backend=backend,
         world_size=int(result.get("world_size", len(ranks))),
         device_count=int(here[0]["torch_device_count"]) if here else h.gpu_count,
         ranks=ranks, checks=checks, busbw_gbps=busbw, matmul_tflops=tflops,
         timings_s=timings, error=error, hosts=names, log_tail=log_tail,
-        causes=rank_causes(world) if status != "pass" else {},
+        causes=rank_causes(world) if status != "pass" else {}, transport=transport,
     )  # fmt: skip

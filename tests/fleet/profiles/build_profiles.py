@@ -217,6 +217,7 @@ def base_h200x2() -> Profile:
         "0 q.txt - -q",
         "0 topo.txt - topo -m",
         "0 nvlink-s.txt - nvlink -s",
+        "0 nvlink-e.txt - nvlink -e",
         f"0 query-gpu.csv - --query-gpu={QUERY_FIELDS} --format=csv",
         f"0 compute-apps.csv - --query-compute-apps={APPS_FIELDS} --format=csv",
         "2 d-fabric.txt - -q -d FABRIC",
@@ -473,6 +474,7 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
         p = replace(p, pci=tuple(f"0000:{buses[int(g)].lower()}:00.0" for g in data["pci"]))
     for e in data.get("edit", []):
         _edit(p, e)
+    p.files.setdefault("nvlink-e.txt", nvlink_errors_text(p.files.get("nvlink-s.txt", "")))
     if data.get("reset") == "heals":
         p = heal_on_reset(p, start)
     return p
@@ -497,11 +499,24 @@ def heal_on_reset(p: Profile, healthy: Profile) -> Profile:
     for line in healthy.index["nvidia-smi"]:
         rc, out, err, pattern = [*line.split(" ", 3), ""][:4]
         if out != "-":
-            files[f"healed-{out}"] = healthy.files[out]
+            files[f"healed-{out}"] = healthy.files.get(out, p.files[out])
             out = f"healed-{out}"
         healed.append(f"ifreset:{rc} {out} {err} {pattern}")
     index["nvidia-smi"] = resets + healed + index["nvidia-smi"]
     return replace(p, files=files, index=index)
+
+
+def nvlink_errors_text(status: str) -> str:
+    """`nvidia-smi nvlink -e` for the links `nvlink -s` lists, every counter 0. The format is a
+    third-party H100 capture (stas00/ml-engineering@62d4359e compute/accelerator/nvidia/
+    debug.md); no `-e` was captured on the 2xH200, so the zero counts are an inference."""
+    out = []
+    for line in status.splitlines():
+        if line.startswith("GPU "):
+            out.append(line)
+        elif (m := re.match(r"\s*Link ([0-9]+):", line)) is not None:
+            out += [f"\t Link {m.group(1)}: {k} Errors: 0" for k in ("Replay", "Recovery", "CRC")]
+    return "\n".join(out) + "\n" if out else ""
 
 
 def profiles() -> list[Profile]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
-from . import checks, deep, deep_verdict, gemm, membw
+from . import checks, deep, deep_verdict, gdr, gemm, membw
 
 
 def _always(c):
@@ -41,6 +41,7 @@ DEEP = (
     Check("sdc", deep.rank_sdc, deep_verdict.agg_sdc, _always, False),
     Check("membw", membw.rank_membw, membw.agg_membw, _always, False),
     Check("gemm", gemm.rank_gemm, gemm.agg_gemm, _always, False),
+    Check("gdr", gdr.rank_gdr, gdr.agg_gdr, _gpu_ranks, False),
 )
 CHECKS = BASE + DEEP
 
