@@ -147,7 +147,9 @@ class WorkspaceWorld:
              "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
              "-o", f"UserKnownHostsFile={self.workdir / 'known_hosts'}",
              "-o", "ConnectTimeout=10", *options, f"{user}@{BIND}", *remote],
-            capture_output=True, text=True, timeout=60, check=False,
+            # ssh sets its stdin non-blocking and, leaving through fatal() (a refused forward),
+            # does not restore it: every later ansible-playbook would refuse to run
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
 
     def trust_host_key(self, name: str, port: int) -> None:
