@@ -410,6 +410,9 @@ class ContainerInfo:
     ssh_root_login: str | None = None
     check_error: str | None = None  # why the inside checks gave nothing
     pids: tuple[int, ...] = ()  # host PIDs of the container's processes (workspaces only)
+    assigned_gpus: tuple[str, ...] = ()  # label gpufleet.workspace.gpus: what the role gave it
+    runtime: str | None = None  # HostConfig.Runtime ("runc", "nvidia"; None: the engine's default)
+    gpu_env: str | None = None  # NVIDIA_VISIBLE_DEVICES in Config.Env (that key only); None: unset
 
 
 # --------------------------------------------------------------------------- smoke

@@ -2,9 +2,12 @@
 
 `pytorch_workspace_plan` turns the inventory's `pytorch_workspaces` and the host's GPU list into
 either refusals (every one found, none of them containing a token) or, per workspace, the
-container name, the `docker create` argv (a list, never a shell string), the files the
-container mounts and a config hash (the container's `gpufleet.workspace.config` label: the
-idempotence key). `pytorch_workspace_actions` compares the plan with `docker ps` of the host.
+container name, the `docker create` argv (a list, never a shell string) and a config hash (the
+container's `gpufleet.workspace.config` label: the idempotence key). The files each container
+mounts (the Jupyter token among them) are kept apart, in `files` keyed by workspace name, so
+that the role's loops run over items without a secret in them (Ansible prints a loop item on
+failure, at -v, and in ansible-runner/AWX job events, whatever `loop_control.label` says).
+`pytorch_workspace_actions` compares the plan with `docker ps` of the host.
 """
 
 from __future__ import annotations
@@ -18,6 +21,14 @@ from typing import Any
 
 LABEL = "gpufleet.workspace"
 MOUNT = "/etc/gpufleet-workspace"  # the workspace's config dir inside the container
+TLS_MOUNT = "/etc/gpufleet-workspace-tls"  # the certificate and key, when Jupyter serves TLS
+PRIVATE = "/run/gpufleet-workspace"  # a tmpfs of the container: the user's copy of the secrets
+HOST_KEY = "ssh_host_ed25519_key"  # made once on the host by the role, kept across recreates
+# What start.sh (root) and sshd need once every other capability is dropped: useradd/usermod and
+# install -o (CHOWN, FOWNER), setpriv and sshd's privilege separation (SETUID, SETGID, SYS_CHROOT,
+# KILL to signal its unprivileged children) and sshd's login records (AUDIT_WRITE). No
+# DAC_OVERRIDE: root in the container cannot read the tenant's volumes past their modes.
+CAPS = ("CHOWN", "FOWNER", "SETUID", "SETGID", "SYS_CHROOT", "KILL", "AUDIT_WRITE")
 JUPYTER_INSIDE = 8888
 SSH_INSIDE = 2222
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
@@ -28,6 +39,11 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _VOLUME = re.compile(r"^(/[^:,\s]*|[A-Za-z0-9][A-Za-z0-9_.-]*):(/[^:,\s]*)(:(ro|rw))?$")
 _KEY = re.compile(r"^(ssh-(ed25519|rsa)|ecdsa-sha2-nistp(256|384|521)|sk-\S+) [A-Za-z0-9+/=]+( .*)?$")
 _ANY = {"0.0.0.0", "::"}
+# NVIDIA's Container Toolkit, legacy mode: "void" (like "none" or empty) gives no GPU even where
+# the image says NVIDIA_VISIBLE_DEVICES=all and nvidia is the default runtime (NVIDIA/
+# cloud-native-docs container-toolkit/docker-specialized.md, "GPU Enumeration").
+NO_GPU_ENV = "NVIDIA_VISIBLE_DEVICES=void"
+CDI_KIND = "nvidia.com/gpu"  # the toolkit's CDI vendor/class (nvidia-ctk cdi generate)
 
 
 def _int(value: Any) -> int | None:
@@ -59,38 +75,90 @@ def _gpu_id(raw: Any, host_gpus: list[dict[str, str]], where: str, errors: list[
     return None
 
 
-def _device_arg(ids: list[str]) -> str:
-    # The docker CLI reads --gpus as CSV: the quotes keep "device=0,1" one field.
-    return '"device=' + ",".join(ids) + '"'
+def _gpu_args(ids: list[str], cdi: set[str]) -> list[str]:
+    """The GPUs by UUID (an index names another GPU once one drops off the bus), or none at all:
+    without a device request the nvidia runtime would still honour the image's
+    NVIDIA_VISIBLE_DEVICES=all, so a GPU-less workspace says void. Where the toolkit's CDI spec
+    names every one of them by UUID (`nvidia-ctk cdi list`), CDI devices: a legacy `--gpus`
+    container loses its GPUs on `systemctl daemon-reload` under the systemd cgroup driver
+    (NVIDIA/cloud-native-docs container-toolkit/troubleshooting.md)."""
+    if not ids:
+        return ["--env", NO_GPU_ENV]
+    names = [f"{CDI_KIND}={i}" for i in ids]
+    if all(n in cdi for n in names):
+        return [a for n in names for a in ("--device", n)]
+    # The docker CLI reads --gpus as CSV: the quotes keep "device=A,B" one field.
+    return ["--gpus", '"device=' + ",".join(ids) + '"']
 
 
-def _files(ws: dict[str, Any], opts: dict[str, Any]) -> dict[str, str]:
-    user, uid = ws["user"], ws["uid"]
-    start = "\n".join([
+def _hardening(opts: dict[str, Any], cpus: str, shm: str) -> list[str]:
+    """Limits and privileges every workspace gets (each default: roles/pytorch_workspace/README)."""
+    argv = ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
+    for cap in CAPS:
+        argv += ["--cap-add", cap]
+    if opts.get("pids_limit"):
+        argv += ["--pids-limit", str(opts["pids_limit"])]
+    if cpus:
+        argv += ["--cpus", cpus]
+    if shm:
+        # PyTorch's DataLoader workers share tensors through /dev/shm (64 MB by default); the
+        # stack ulimit is the one NVIDIA's PyTorch container documentation asks for. Its
+        # memlock=-1 is left out: runc sets rlimits after dropping capabilities, and raising
+        # memlock needs SYS_RESOURCE ("error setting rlimit type 8: operation not permitted",
+        # measured on this lab's engine with --cap-drop ALL).
+        argv += ["--shm-size", shm, "--ulimit", "stack=67108864"]
+    return argv
+
+
+def _start_script(ws: dict[str, Any], opts: dict[str, Any]) -> str:
+    """Runs as root in the container (capabilities: CAPS) to make the user, hand it its secrets
+    and start sshd; then Jupyter runs as the user."""
+    tls = ws["tls"]
+    return "\n".join([
         "#!/bin/sh",
         f"# gpufleet workspace {ws['name']}: made by the pytorch_workspace role; sshd and Jupyter",
-        "# come from the image. Runs as root only to add the user and start sshd.",
+        "# come from the image. Runs as root only to add the user, copy its secrets, start sshd.",
         "set -eu",
         f"cfg={MOUNT}",
-        f"user={shlex.quote(user)}",
-        f"uid={uid}",
+        f"run={PRIVATE}",
+        f"user={shlex.quote(ws['user'])}",
+        f"uid={ws['uid']}",
+        # An image may hold the uid already (ubuntu:24.04 has ubuntu:x:1000): that account
+        # becomes the workspace user, with a usable ('*', not locked '!') password field. Its
+        # home stays where it is: moving the user's directory needs DAC_OVERRIDE.
+        'old=$(getent passwd "$uid" | cut -d: -f1) || old=',
+        'if [ -n "$old" ] && [ "$old" != "$user" ]; then',
+        '    usermod -l "$user" -p "*" -s /bin/bash "$old"',
+        '    if [ "$(getent group "$old" | cut -d: -f3)" = "$uid" ]; then groupmod -n "$user" "$old"; fi',
+        "fi",
         'getent group "$uid" >/dev/null || groupadd -g "$uid" "$user"',
         'getent passwd "$user" >/dev/null || useradd -m -u "$uid" -g "$uid" -s /bin/bash -p "*" "$user"',
         'home=$(getent passwd "$user" | cut -d: -f6)',
+        # The host keeps the token (and TLS key) root:root 0600; the user reads its own copy.
+        # The dir goes to the user last: without DAC_OVERRIDE root cannot enter it after.
+        'mkdir -p "$run"',
+        'install -m 0600 -o "$uid" -g "$uid" "$cfg/jupyter_server_config.json" "$run/"',
+        *([f'install -m 0600 -o "$uid" -g "$uid" {TLS_MOUNT}/tls.crt {TLS_MOUNT}/tls.key "$run/"']
+          if tls else []),
+        'chown "$uid:$uid" "$run" && chmod 0700 "$run"',
         "mkdir -p /run/sshd",
-        "ssh-keygen -A >/dev/null",
         f'{shlex.quote(opts["sshd_command"])} -f "$cfg/sshd_config"',
         'cd "$home"',
         'exec setpriv --reuid="$uid" --regid="$uid" --init-groups env HOME="$home" USER="$user" '
         'LOGNAME="$user" SHELL=/bin/bash '
-        f'{shlex.quote(opts["jupyter_command"])} --config="$cfg/jupyter_server_config.json"',
+        f'{shlex.quote(opts["jupyter_command"])} --config="$run/jupyter_server_config.json"',
         "",
     ])
+
+
+def _files(ws: dict[str, Any], opts: dict[str, Any]) -> dict[str, str]:
+    user = ws["user"]
+    # Ansible may hand the flag over as text ("False" is not false).
+    forwarding = "yes" if str(opts.get("ssh_forwarding")).lower() in ("true", "yes", "1") else "no"
     sshd = "\n".join([
         f"# gpufleet workspace {ws['name']}: keys only, no passwords, no root",
         f"Port {SSH_INSIDE}",
-        "HostKey /etc/ssh/ssh_host_ed25519_key",
-        "HostKey /etc/ssh/ssh_host_rsa_key",
+        f"HostKey {MOUNT}/{HOST_KEY}",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
         "KbdInteractiveAuthentication no",
@@ -99,27 +167,64 @@ def _files(ws: dict[str, Any], opts: dict[str, Any]) -> dict[str, str]:
         "UsePAM no",
         f"AllowUsers {user}",
         f"AuthorizedKeysFile {MOUNT}/authorized_keys",
+        # Forwarding would reach the host's loopback services and the cloud metadata address
+        # from inside the workspace's network (pytorch_workspace_ssh_forwarding turns it on).
+        f"AllowTcpForwarding {forwarding}",
+        f"AllowAgentForwarding {forwarding}",
+        f"AllowStreamLocalForwarding {forwarding}",
+        f"PermitTunnel {forwarding}",
+        f"X11Forwarding {forwarding}",
         "PidFile /run/sshd.pid",
         "Subsystem sftp internal-sftp",
         "",
     ])
-    jupyter = json.dumps({"ServerApp": {
+    server: dict[str, Any] = {
         "ip": "0.0.0.0", "port": JUPYTER_INSIDE, "port_retries": 0, "open_browser": False,
-        "token": ws["jupyter_token"], "password": "", "allow_root": False,
-    }}, indent=2, sort_keys=True) + "\n"
-    return {"start.sh": start, "sshd_config": sshd,
+        "token": ws["jupyter_token"], "password": "", "allow_root": False}
+    if ws["tls"]:
+        server.update(certfile=f"{PRIVATE}/tls.crt", keyfile=f"{PRIVATE}/tls.key")
+    jupyter = json.dumps({"ServerApp": server}, indent=2, sort_keys=True) + "\n"
+    return {"start.sh": _start_script(ws, opts), "sshd_config": sshd,
             "authorized_keys": "".join(k.strip() + "\n" for k in ws["ssh_authorized_keys"]),
             "jupyter_server_config.json": jupyter}
+
+
+def _tls(raw: dict[str, Any], opts: dict[str, Any], bind: str, where: str,
+         errors: list[str]) -> tuple[str, str] | None:
+    """(certificate, key) host paths, or None for plain HTTP (refused beyond loopback)."""
+    cert = str(raw.get("tls_certfile") or opts.get("tls_certfile") or "")
+    key = str(raw.get("tls_keyfile") or opts.get("tls_keyfile") or "")
+    if bool(cert) != bool(key):
+        errors.append(f"{where}: tls_certfile and tls_keyfile go together (one is empty)")
+        return None
+    for path in (cert, key):
+        if path and not re.match(r"^/[^:,\s]*$", path):
+            errors.append(f"{where}: {path!r} is not an absolute host path")
+            return None
+    try:
+        loopback = ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        return None  # refused already
+    if not cert and not loopback:
+        errors.append(f"{where}: bind_address {bind} publishes Jupyter beyond loopback over "
+                      "plain HTTP, its token readable on the network; give a certificate "
+                      "(tls_certfile and tls_keyfile, or pytorch_workspace_tls_certfile/_keyfile) "
+                      "or keep 127.0.0.1 and reach it through an SSH tunnel")
+    return (cert, key) if cert else None
 
 
 def pytorch_workspace_plan(
     workspaces: Any, host_gpus: Any, image: str, digest: str, opts: dict[str, Any]
 ) -> dict[str, Any]:
-    """{"errors": [...], "workspaces": [...]}; see the module docstring."""
+    """{"errors": [...], "workspaces": [...], "files": {name: {file: text}}}; see the module
+    docstring. Longer than 80 lines on purpose: one pass checks each workspace's keys in order so
+    that every refusal is found in one run, and helpers would pass a dozen of its values around."""
     errors: list[str] = []
     planned: list[dict[str, Any]] = []
+    secrets: dict[str, dict[str, str]] = {}
     if not isinstance(workspaces, list):
-        return {"errors": ["pytorch_workspaces must be a list of workspaces"], "workspaces": []}
+        return {"errors": ["pytorch_workspaces must be a list of workspaces"], "workspaces": [],
+                "files": {}}
     gpus = []  # nvidia-smi --query-gpu=index,uuid --format=csv,noheader lines
     for line in host_gpus or []:
         index, _, uuid = str(line).partition(",")
@@ -131,6 +236,9 @@ def pytorch_workspace_plan(
         if not _DIGEST.match(str(digest or "")):
             errors.append(f"pytorch_image_digest must be sha256:<64 hex>, not {digest!r}")
     repo = str(image or "").rsplit(":", 1)[0]
+    # `nvidia-ctk cdi list` prints one fully qualified device name per line (NVIDIA/
+    # nvidia-container-toolkit cmd/nvidia-ctk/cdi/list/list.go; its count goes to the log).
+    cdi = {str(line).strip() for line in opts.get("cdi_devices") or []}
     min_token = int(opts["token_min_length"])
     names: set[str] = set()
     gpu_owner: dict[str, str] = {}
@@ -143,7 +251,8 @@ def pytorch_workspace_plan(
         where = f"workspace {name!r}" if name else f"pytorch_workspaces[{n}]"
         unknown = sorted(set(raw) - {"name", "user", "uid", "gpus", "bind_address", "jupyter_port",
                                      "jupyter_token", "ssh_port", "ssh_authorized_keys", "volumes",
-                                     "memory", "cpus", "state", "image_digest"})
+                                     "memory", "cpus", "state", "image_digest", "shm_size",
+                                     "tls_certfile", "tls_keyfile"})
         if unknown:
             errors.append(f"{where}: unknown keys {', '.join(unknown)}")
         if not _NAME.match(name):
@@ -214,7 +323,7 @@ def pytorch_workspace_plan(
             errors.append(f"{where}: volumes must be a list of HOST:CONTAINER[:ro|rw] strings")
             volumes = []
         gpu_ids: list[str] = []  # canonical (UUID where the host gave one): for conflicts
-        devices: list[str] = []  # as written (index or UUID): for --gpus and the label
+        devices: list[str] = []  # as written (index or UUID): for the label only
         raw_gpus = raw.get("gpus") or []
         if not isinstance(raw_gpus, list):
             errors.append(f"{where}: gpus must be a list of indices or UUIDs")
@@ -233,24 +342,30 @@ def pytorch_workspace_plan(
         own_digest = str(raw.get("image_digest") or digest or "")
         if raw.get("image_digest") and not _DIGEST.match(own_digest):
             errors.append(f"{where}: image_digest must be sha256:<64 hex>")
+        shm = str(raw.get("shm_size") or opts.get("shm_size") or "")
+        if shm and not _MEMORY.match(shm):
+            errors.append(f"{where}: shm_size must be a size like 8g, not {shm!r}")
+        tls = _tls(raw, opts, bind, where, errors)
         ws = {"name": name, "user": user, "uid": uid, "jupyter_token": token,
-              "ssh_authorized_keys": keys}
+              "ssh_authorized_keys": keys, "tls": tls}
         files = _files(ws, opts) if not errors else {}
         pinned = f"{repo}@{own_digest}"
         labels = {LABEL: name, f"{LABEL}.user": user, f"{LABEL}.uid": str(uid),
                   f"{LABEL}.gpus": ",".join(devices), f"{LABEL}.jupyter": str(JUPYTER_INSIDE),
-                  f"{LABEL}.ssh": str(SSH_INSIDE)}
+                  f"{LABEL}.ssh": str(SSH_INSIDE), f"{LABEL}.sshd": str(opts["sshd_command"]),
+                  f"{LABEL}.tls": "yes" if tls else "no"}
         argv = [opts["docker_command"], "create", "--name", container, "--hostname", name,
-                "--restart", opts["restart_policy"], "--memory", memory]
-        if cpus:
-            argv += ["--cpus", cpus]
-        if gpu_ids:
-            argv += ["--gpus", _device_arg(devices)]
+                "--restart", opts["restart_policy"], "--memory", memory,
+                *_hardening(opts, cpus, shm), *_gpu_args(gpu_ids, cdi)]
         for key, inside in (("jupyter_port", JUPYTER_INSIDE), ("ssh_port", SSH_INSIDE)):
             if key in wport:
                 host = f"[{bind}]" if ":" in bind else bind
                 argv += ["-p", f"{host}:{wport[key]}:{inside}"]
-        argv += ["-v", f"{opts['config_dir']}/{name}:{MOUNT}:ro"]
+        argv += ["-v", f"{opts['config_dir']}/{name}:{MOUNT}:ro",
+                 "--tmpfs", f"{PRIVATE}:rw,nosuid,nodev,noexec,size=1m,mode=0700"]
+        if tls:
+            argv += ["-v", f"{tls[0]}:{TLS_MOUNT}/tls.crt:ro",
+                     "-v", f"{tls[1]}:{TLS_MOUNT}/tls.key:ro"]
         for v in volumes:
             argv += ["-v", v]
         for k, v in labels.items():
@@ -259,10 +374,13 @@ def pytorch_workspace_plan(
                                            sort_keys=True).encode()).hexdigest()[:32]
         argv += ["--label", f"{LABEL}.config={config}",
                  "--entrypoint", "/bin/sh", pinned, f"{MOUNT}/start.sh"]
+        secrets[name] = files
         planned.append({"name": name, "container": container, "state": "present",
-                        "image": pinned, "config": config, "argv": argv, "files": files,
-                        "uid": uid, "gpus": devices})
-    return {"errors": errors, "workspaces": [] if errors else planned}
+                        "image": pinned, "config": config, "argv": argv,
+                        "uid": uid, "gpus": gpu_ids})
+    if errors:
+        return {"errors": errors, "workspaces": [], "files": {}}
+    return {"errors": [], "workspaces": planned, "files": secrets}
 
 
 def pytorch_workspace_actions(plan: dict[str, Any], ps_lines: list[str]) -> dict[str, Any]:

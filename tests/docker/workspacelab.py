@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ansible_runner
 import build_test_image
 import build_workspace_image
 import dockerlib
@@ -35,6 +36,8 @@ from harness.plays import PlayResult, run_play
 
 HOST = "ws-host"
 BIND = "127.0.0.1"
+NVIDIA_DEFAULT: dict[str, object] = {"runtimes": {"nvidia": {"path": "runc"}},
+                                     "default-runtime": "nvidia"}
 
 
 @dataclass
@@ -88,14 +91,32 @@ class WorkspaceWorld:
                 "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
                 "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}  # fmt: skip
 
-    def play(self, name: str, workspaces: list[dict[str, object]], **extra: object) -> PlayResult:
+    def play(self, name: str, workspaces: list[dict[str, object]], *, verbose: int = 0,
+             **extra: object) -> PlayResult:
         """site.yml --tags pytorch_workspace on this machine with these workspaces."""
         self.plays += 1
         argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory),
-                str(REPO / "playbooks/site.yml"), "--tags", "pytorch_workspace"]
+                str(REPO / "playbooks/site.yml"), "--tags", "pytorch_workspace",
+                *(["-" + "v" * verbose] if verbose else [])]
         return run_play(argv, logdir=self.workdir, name=f"{self.plays:02d}-{name}",
                         default_host=HOST, cwd=REPO, env=self.env(), timeout=600,
                         extra_vars={"pytorch_workspaces": workspaces, **extra})
+
+    def runner_events(self, name: str, workspaces: list[dict[str, object]],
+                      **extra: object) -> list[dict[str, object]]:
+        """The same play through ansible-runner (what AWX runs) at -vvv: its job event files,
+        as AWX stores them (artifacts/ID/job_events/*.json), parsed."""
+        self.plays += 1
+        pdd = self.workdir / f"runner-{self.plays:02d}-{name}"
+        pdd.mkdir()
+        ansible_runner.run(
+            private_data_dir=str(pdd), project_dir=str(REPO), ident=name,
+            playbook=str(REPO / "playbooks/site.yml"), inventory=str(self.inventory),
+            cmdline="--tags pytorch_workspace", verbosity=3, quiet=True,
+            envvars=self.env(), extravars={"pytorch_workspaces": workspaces, **extra})
+        events = sorted((pdd / "artifacts" / name / "job_events").glob("*.json"))
+        assert events, f"ansible-runner wrote no job events under {pdd}"
+        return [json.loads(e.read_text()) for e in events]
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in self.lab.env.items() if not k.startswith("SSH_")}
@@ -126,13 +147,16 @@ class WorkspaceWorld:
              "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
              "-o", f"UserKnownHostsFile={self.workdir / 'known_hosts'}",
              "-o", "ConnectTimeout=10", *options, f"{user}@{BIND}", *remote],
-            capture_output=True, text=True, timeout=60, check=False,
+            # ssh sets its stdin non-blocking and, leaving through fatal() (a refused forward),
+            # does not restore it: every later ansible-playbook would refuse to run
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, check=False,
         )  # fmt: skip
 
-    def trust_host_key(self, container: str, port: int) -> None:
-        """known_hosts from the container's own host key (read with docker exec, not the net)."""
-        key = self.lab.docker("exec", container, "cat", "/etc/ssh/ssh_host_ed25519_key.pub")
-        kind, blob = key.stdout.split()[:2]
+    def trust_host_key(self, name: str, port: int) -> None:
+        """known_hosts from the workspace's host key, as the role made it in the host's config
+        dir (read from the file, not the net)."""
+        key = (self.config_dir / name / "ssh_host_ed25519_key.pub").read_text()
+        kind, blob = key.split()[:2]
         with (self.workdir / "known_hosts").open("a") as f:
             f.write(f"[{BIND}]:{port} {kind} {blob}\n")
 
@@ -153,6 +177,21 @@ def fake_nvidia_smi(path: Path) -> tuple[str, ...]:
                     "exit 2\n")  # fmt: skip
     path.chmod(0o755)
     return tuple(r[2] for r in rows)
+
+
+def fake_nvidia_ctk(path: Path, uuids: tuple[str, ...]) -> None:
+    """A stand-in `nvidia-ctk` answering `cdi list` for a spec made with
+    `--device-name-strategy=index,uuid`: one fully qualified name per line on stdout, the count
+    on the log (NVIDIA/nvidia-container-toolkit@202b78d cmd/nvidia-ctk/cdi/list/list.go; the
+    names per GPU and "all": inferred from that strategy's documentation)."""
+    names = ["nvidia.com/gpu=all"] + [f"nvidia.com/gpu={n}" for i, u in enumerate(uuids)
+                                      for n in (str(i), u)]  # fmt: skip
+    path.write_text("#!/bin/sh\n"
+                    'if [ "$*" = "cdi list" ]; then\n'
+                    f'    echo "level=info msg=\\"Found {len(names)} CDI devices\\"" >&2\n'
+                    f"    cat <<'EOF'\n{chr(10).join(names)}\nEOF\n    exit 0\nfi\n"
+                    'echo "fake nvidia-ctk: only cdi list" >&2\nexit 2\n')  # fmt: skip
+    path.chmod(0o755)
 
 
 def http(port: int, path: str, token: str | None = None) -> tuple[int, dict[str, str]]:
@@ -203,7 +242,10 @@ def workspace_world() -> Iterator[WorkspaceWorld]:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     try:
-        with dockerlib.make_lab(bridge=True) as lab:
+        # "nvidia" as the default runtime, as nvidia_container_toolkit_default_runtime makes it;
+        # here an alias of runc (no GPUs on this machine): what the engine records (Runtime)
+        # is real, the GPU injection NVIDIA's runtime would do is not.
+        with dockerlib.make_lab(bridge=True, daemon_json=NVIDIA_DEFAULT) as lab:
             lab.provide_test_image(archive)
             ref, digest = build_workspace_image.provide_workspace_image(lab, archive)
             key = workdir / "id_ed25519"
@@ -219,5 +261,5 @@ def workspace_world() -> Iterator[WorkspaceWorld]:
         shutil.rmtree(keep, ignore_errors=True)
         with contextlib.suppress(OSError):
             shutil.copytree(workdir, keep, ignore=shutil.ignore_patterns(
-                "*.vars.json", "id_ed25519", "etc-workspaces"))
+                "*.vars.json", "extravars", "id_ed25519", "etc-workspaces"))
         shutil.rmtree(workdir, ignore_errors=True)

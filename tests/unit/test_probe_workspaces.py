@@ -57,6 +57,26 @@ def test_device_requests_gpus_all_and_foreign_containers() -> None:
     assert web.gpus == ()
 
 
+def test_cdi_requests_runtime_and_the_visible_devices_env() -> None:
+    """probe.sh's template adds Runtime and GpuEnv (only the NVIDIA_VISIBLE_DEVICES entries of
+    Config.Env, then the null that closes the list); CDI names come as a "cdi" request."""
+    lines = [
+        {"Id": "4" * 64, "Name": "/gpufleet-ws-c", "Labels": {"gpufleet.workspace": "c",
+                                                              "gpufleet.workspace.gpus": ""},
+         "DeviceRequests": None, "Runtime": "nvidia",
+         "GpuEnv": ["NVIDIA_VISIBLE_DEVICES=all", None]},
+        {"Id": "5" * 64, "Name": "/gpufleet-ws-d", "Labels": {"gpufleet.workspace": "d",
+                                                              "gpufleet.workspace.gpus": "0,1"},
+         "DeviceRequests": [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=GPU-d7b9",
+                                                           "vendor.example/x=1"]}],
+         "Runtime": "runc", "GpuEnv": [None]},
+    ]
+    c, d = parse_containers("\n".join(json.dumps(x) for x in lines))
+    assert (c.gpus, c.runtime, c.gpu_env, c.assigned_gpus) == ((), "nvidia", "all", ())
+    assert (d.gpus, d.runtime, d.gpu_env, d.assigned_gpus) == (("GPU-d7b9",), "runc", None,
+                                                              ("0", "1"))
+
+
 def test_failed_inside_check_is_kept_as_an_error() -> None:
     text = (f"container={'4' * 64} rc=126\nOCI runtime exec failed: python3 not found\n"
             f"pids= 11 12\ncontainer={'5' * 64} rc=0\n"

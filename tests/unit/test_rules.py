@@ -204,6 +204,7 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
            ("GF806", {"memory_bytes": 0}, ()),
            ("GF807", {"user": "root", "uid": 0}, ()),
            ("GF809", {"check_error": "check exited 126"}, ()),
+           ("GF810", {"gpus": (), "gpu_env": "all", "runtime": "nvidia"}, ()),
        )},
     "GF808": (lambda: fleet({"gpu02": {"facts": {"containers": ()}}},
                             expectations={"workspaces": {"a": DIGEST}}), "gpu02"),

@@ -4,6 +4,8 @@ The same code runs in the role; tests/docker/test_workspaces.py runs it on a rea
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,10 @@ U0, U1 = "GPU-e0ec50b6-f483-68ed-fb7b-ecc8879a76a1", "GPU-d7b915ba-0fcc-7de5-ad6
 GPUS = [f"0, {U0}", f"1, {U1}"]
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGd4c2VjcmV0a2V5c3R1ZmZoZXJlMTIzNDU2Nzg5MA user@x"
 TOKEN = "f" * 48
-OPTS = {"token_min_length": 32, "bind_address": "0.0.0.0", "ssh_port": 2222, "memory": "16g",
-        "cpus": "", "config_dir": "/etc/gpufleet/workspaces", "container_prefix": "gpufleet-ws-",
+OPTS = {"token_min_length": 32, "bind_address": "127.0.0.1", "ssh_port": 2222, "memory": "16g",
+        "cpus": "", "pids_limit": 4096, "shm_size": "8g", "ssh_forwarding": False,
+        "tls_certfile": "", "tls_keyfile": "", "config_dir": "/etc/gpufleet/workspaces",
+        "container_prefix": "gpufleet-ws-",
         "restart_policy": "unless-stopped", "sshd_command": "/usr/sbin/sshd",
         "jupyter_command": "jupyter-server", "docker_command": "docker"}
 
@@ -39,28 +43,64 @@ def plan(*items: dict[str, Any], gpus: list[str] | None = None) -> dict[str, Any
 
 
 def test_argv_is_a_list_with_limits_ports_gpus_and_the_pinned_image() -> None:
-    out = plan(ws("a", 8888, gpus=[0, U1],
-                  bind_address="127.0.0.1", cpus=4, volumes=["/data/a:/workspace"]))
+    out = plan(ws("a", 8888, gpus=[0, U1], cpus=4, volumes=["/data/a:/workspace"]))
     assert out["errors"] == []
     (a,) = out["workspaces"]
     argv = a["argv"]
     assert argv[:4] == ["docker", "create", "--name", "gpufleet-ws-a"]
     assert argv[argv.index("--memory") + 1] == "16g" and argv[argv.index("--cpus") + 1] == "4"
-    # quoted so that the docker CLI's CSV parser keeps both devices in one field
-    assert argv[argv.index("--gpus") + 1] == f'"device=0,{U1}"'
+    # quoted so that the docker CLI's CSV parser keeps both devices in one field; by UUID (F18)
+    assert argv[argv.index("--gpus") + 1] == f'"device={U0},{U1}"'
     ports = [argv[i + 1] for i, x in enumerate(argv) if x == "-p"]
     assert ports == ["127.0.0.1:8888:8888", "127.0.0.1:2222:2222"]  # ssh_port defaults to 2222
     assert "/data/a:/workspace" in argv
     assert argv[-2:] == [f"registry.example/pytorch@{DIGEST}", "/etc/gpufleet-workspace/start.sh"]
     assert not any(TOKEN in x for x in argv), "the token must not be on the command line"
-    assert TOKEN in a["files"]["jupyter_server_config.json"]
-    sshd = a["files"]["sshd_config"]
+    assert "NVIDIA_VISIBLE_DEVICES=void" not in argv
+    assert TOKEN in out["files"]["a"]["jupyter_server_config.json"]
+    assert TOKEN not in json.dumps(out["workspaces"]), "loop items must not carry the token (F1)"
+    sshd = out["files"]["a"]["sshd_config"]
     assert "PasswordAuthentication no" in sshd and "PermitRootLogin no" in sshd
+    for opt in ("AllowTcpForwarding", "AllowAgentForwarding", "PermitTunnel", "X11Forwarding"):
+        assert f"{opt} no" in sshd  # L6
+    assert "HostKey /etc/gpufleet-workspace/ssh_host_ed25519_key" in sshd  # L5
+
+
+def test_hardening_defaults() -> None:
+    argv = plan(ws("a", 8888))["workspaces"][0]["argv"]
+    pairs = list(itertools.pairwise(argv))
+    for pair in (("--security-opt", "no-new-privileges"), ("--cap-drop", "ALL"),
+                 ("--pids-limit", "4096"), ("--shm-size", "8g"), ("--ulimit", "stack=67108864"),
+                 ("--env", "NVIDIA_VISIBLE_DEVICES=void")):
+        assert pair in pairs, pair
+    assert ("--cap-add", "DAC_OVERRIDE") not in pairs and ("--cap-add", "SETUID") in pairs
+
+
+def test_loopback_by_default_and_tls_beyond_it() -> None:
+    argv = plan(ws("a", 8888))["workspaces"][0]["argv"]
+    assert "127.0.0.1:8888:8888" in argv
+    errors = plan(ws("a", 8888, bind_address="10.0.0.11"))["errors"]
+    assert errors and "publishes Jupyter beyond loopback over plain HTTP" in errors[0]
+    out = plan(ws("a", 8888, bind_address="10.0.0.11", tls_certfile="/etc/pki/ws.crt",
+                  tls_keyfile="/etc/pki/ws.key"))
+    assert out["errors"] == []
+    argv = out["workspaces"][0]["argv"]
+    assert "/etc/pki/ws.key:/etc/gpufleet-workspace-tls/tls.key:ro" in argv
+    server = json.loads(out["files"]["a"]["jupyter_server_config.json"])["ServerApp"]
+    assert server["keyfile"] == "/run/gpufleet-workspace/tls.key"
+    assert "one is empty" in plan(ws("a", 8888, tls_certfile="/x.crt"))["errors"][0]
+
+
+def test_start_script_takes_over_an_image_account_with_the_uid() -> None:
+    start = plan(ws("a", 8888))["files"]["a"]["start.sh"]
+    assert 'usermod -l "$user" -p "*"' in start  # M14
+    assert '--config="$run/jupyter_server_config.json"' in start  # F20: the user's own copy
 
 
 def test_no_gpus_means_no_device_request_and_the_hash_follows_every_setting() -> None:
     (a,) = plan(ws("a", 8888))["workspaces"]
     assert "--gpus" not in a["argv"]
+    assert a["argv"][a["argv"].index("--env") + 1] == "NVIDIA_VISIBLE_DEVICES=void"  # F10/M11
     assert plan(ws("a", 8888))["workspaces"][0]["config"] == a["config"]
     for change in ({"memory": "8g"}, {"jupyter_token": "e" * 48}, {"ssh_port": 2223},
                    {"image_digest": "sha256:" + "b" * 64}, {"ssh_authorized_keys": [KEY + "2"]}):
@@ -71,10 +111,11 @@ def test_no_gpus_means_no_device_request_and_the_hash_follows_every_setting() ->
     ((ws("a", 8888, gpus=[0]), ws("b", 8889, ssh_port=2223, gpus=[U0])),
      f"workspace 'b': GPU {U0} is also assigned to workspace 'a'"),
     ((ws("a", 8888), ws("b", 8888, ssh_port=2223)),
-     "workspace 'b': port 8888 (jupyter_port) on 0.0.0.0 is already used by workspace 'a'"),
+     "workspace 'b': port 8888 (jupyter_port) on 127.0.0.1 is already used by workspace 'a'"),
     ((ws("a", 8888), ws("b", 8889)),
-     "workspace 'b': port 2222 (ssh_port) on 0.0.0.0 is already used by workspace 'a'"),
-    ((ws("a", 8888, ssh_port=8888),), "workspace 'a': port 8888 (ssh_port) on 0.0.0.0 is already"),
+     "workspace 'b': port 2222 (ssh_port) on 127.0.0.1 is already used by workspace 'a'"),
+    ((ws("a", 8888, ssh_port=8888),),
+     "workspace 'a': port 8888 (ssh_port) on 127.0.0.1 is already"),
     ((ws("a", 8888, gpus=[2]),),
      "workspace 'a': GPU 2 does not exist on this host (it has 2 GPU(s), indices 0, 1)"),
     ((ws("a", 8888, gpus=["GPU-00000000-0000-0000-0000-000000000000"]),),
@@ -116,7 +157,25 @@ def test_actions_recreate_only_the_changed_workspace() -> None:
 
 
 def test_no_workspaces_plan_nothing_even_without_an_image() -> None:
-    assert pw.pytorch_workspace_plan([], [], "", "", OPTS) == {"errors": [], "workspaces": []}
+    assert pw.pytorch_workspace_plan([], [], "", "", OPTS) == {"errors": [], "workspaces": [],
+                                                                "files": {}}
     errors = pw.pytorch_workspace_plan([ws("a", 8888)], [], "no-tag", "sha256:x", OPTS)["errors"]
     assert errors == ["pytorch_image must be repository:tag, not 'no-tag'",
                       "pytorch_image_digest must be sha256:<64 hex>, not 'sha256:x'"]
+
+
+def test_cdi_devices_by_uuid_where_the_spec_names_them_else_gpus() -> None:
+    """M12: `nvidia-ctk cdi list` lines (one name per line: NVIDIA/nvidia-container-toolkit
+    cmd/nvidia-ctk/cdi/list/list.go) that name both GPUs by UUID -> --device per GPU."""
+    cdi = ["nvidia.com/gpu=0", f"nvidia.com/gpu={U0}", f"nvidia.com/gpu={U1}", "nvidia.com/gpu=all"]
+    out = pw.pytorch_workspace_plan([ws("a", 8888, gpus=[0, 1])], GPUS, IMAGE, DIGEST,
+                                    {**OPTS, "cdi_devices": cdi})
+    argv = out["workspaces"][0]["argv"]
+    assert [argv[i + 1] for i, x in enumerate(argv) if x == "--device"] == [
+        f"nvidia.com/gpu={U0}", f"nvidia.com/gpu={U1}"]
+    assert "--gpus" not in argv
+    # a spec named by index only: legacy --gpus by UUID
+    out = pw.pytorch_workspace_plan([ws("a", 8888, gpus=[0])], GPUS, IMAGE, DIGEST,
+                                    {**OPTS, "cdi_devices": ["nvidia.com/gpu=0"]})
+    argv = out["workspaces"][0]["argv"]
+    assert "--device" not in argv and argv[argv.index("--gpus") + 1] == f'"device={U0}"'

@@ -6,6 +6,7 @@ import dataclasses
 
 from gpufleet.model import (
     ContainerInfo,
+    DockerInfo,
     Expectations,
     Facts,
     Gpu,
@@ -29,12 +30,15 @@ def ws(name: str, **kw: object) -> ContainerInfo:
         memory_bytes=1 << 29, jupyter_status=403, jupyter_uids=(2001,), ssh_password_auth=False,
         ssh_root_login="no", pids=(100, 101),
     )
+    if "gpus" in kw and "assigned_gpus" not in kw:
+        kw["assigned_gpus"] = kw["gpus"]  # as the role labels them
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
 
 def gf8(*containers: ContainerInfo, declared: dict[str, str | None] | None = None,
-        processes: tuple[GpuProcess, ...] = ()) -> list[tuple[str, str]]:  # fmt: skip
-    facts = Facts(gpus=GPUS, containers=containers, gpu_processes=processes)
+        processes: tuple[GpuProcess, ...] = (),
+        docker: DockerInfo | None = None) -> list[tuple[str, str]]:  # fmt: skip
+    facts = Facts(gpus=GPUS, containers=containers, gpu_processes=processes, docker=docker)
     spec = HostSpec(name="h1", address="h1", expect=Expectations(
         pytorch_image="reg/pt:1", pytorch_image_digest=PINNED, workspaces=declared))
     report = Report(hosts={"h1": HostResult("h1", "ok", facts=facts)}, specs={"h1": spec})
@@ -86,3 +90,25 @@ def test_gf804_to_gf807_and_gf809() -> None:
 def test_gf808_declared_but_not_running() -> None:
     ((rule, msg),) = gf8(ws("a"), declared={"a": PINNED, "b": PINNED})
     assert rule == "GF808" and "workspace b is declared but not running" in msg
+
+
+def test_gf810_a_gpu_less_workspace_that_reaches_every_gpu_under_the_nvidia_runtime() -> None:
+    """F10/M11: no device request, the image's NVIDIA_VISIBLE_DEVICES=all, nvidia runtime."""
+    carol = ws("c", gpu_env="all", runtime="nvidia")
+    ((rule, msg),) = gf8(carol)
+    assert rule == "GF810"
+    assert f"workspace c reaches GPU 0 ({U0}), GPU 1 ({U1}), assigned no GPU" in msg
+    # the engine's default runtime counts where the container names none
+    nvidia_default = DockerInfo(server_version="28.2.2", default_runtime="nvidia")
+    assert rules(ws("c", gpu_env="all"), docker=nvidia_default) == ["GF810"]
+    # and it shares GPU 1 with a workspace that was given it
+    assert sorted(rules(carol, ws("a", gpus=("1",)))) == ["GF802", "GF810"]
+
+
+def test_gf810_quiet_for_void_runc_or_the_assigned_gpus() -> None:
+    assert rules(ws("c", gpu_env="void", runtime="nvidia")) == []
+    assert rules(ws("c", gpu_env="all", runtime="runc")) == []
+    assert rules(ws("c", gpu_env="all")) == []  # no docker facts: runc assumed
+    assert rules(ws("a", gpus=(U1,), gpu_env="all", runtime="nvidia")) == []  # the request wins
+    ((rule, _),) = gf8(ws("a", gpus=("0", "1"), assigned_gpus=("0",)))
+    assert rule == "GF810"

@@ -135,11 +135,25 @@ def _gpus(requests: Any) -> tuple[str, ...]:
         if not isinstance(r, dict):
             continue
         caps = r.get("Capabilities") or []
+        if r.get("Driver") == "cdi":
+            # `--device nvidia.com/gpu=UUID`: the docker CLI sends CDI names as a request of
+            # the "cdi" driver (docker/cli cli/command/container/opts.go; moby daemon/cdi.go).
+            found += [str(i).split("=", 1)[1] for i in r.get("DeviceIDs") or []
+                      if str(i).startswith("nvidia.com/gpu=")]
+            continue
         if not any("gpu" in c for c in caps if isinstance(c, list)) and r.get("Driver") != "nvidia":
             continue
         ids = [str(i) for i in r.get("DeviceIDs") or []]
         found += ids if ids else (["all"] if r.get("Count") == -1 else [])
     return tuple(found)
+
+
+def _gpu_env(entries: Any) -> str | None:
+    """probe.sh's GpuEnv: the NVIDIA_VISIBLE_DEVICES=… entries of Config.Env (the last wins, as
+    in the process environment), then a null the template ends the list with."""
+    found = [str(e).partition("=")[2] for e in entries if isinstance(e, str)] if isinstance(
+        entries, list) else []
+    return found[-1] if found else None
 
 
 def parse_containers(text: str) -> tuple[ContainerInfo, ...]:
@@ -160,6 +174,7 @@ def parse_containers(text: str) -> tuple[ContainerInfo, ...]:
         image = str(data["Image"]) if data.get("Image") else None
         digest = _DIGEST.search(image) if image else None
         uid = str(labels.get(f"{WORKSPACE_LABEL}.uid", ""))
+        assigned = str(labels.get(f"{WORKSPACE_LABEL}.gpus") or "")
         found.append(ContainerInfo(
             id=data["Id"],
             name=str(data.get("Name") or "").lstrip("/"),
@@ -172,6 +187,9 @@ def parse_containers(text: str) -> tuple[ContainerInfo, ...]:
             ports=_ports(data.get("PortBindings")),
             memory_bytes=_int(data.get("Memory")),
             nano_cpus=_int(data.get("NanoCpus")),
+            assigned_gpus=tuple(g.strip() for g in assigned.split(",") if g.strip()),
+            runtime=str(data["Runtime"]) if data.get("Runtime") else None,
+            gpu_env=_gpu_env(data.get("GpuEnv")),
         ))  # fmt: skip
     return tuple(found)
 

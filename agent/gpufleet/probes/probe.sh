@@ -291,12 +291,14 @@ fi
 : >"$tmp/err"
 emit nccl_conf 0
 
-# Running containers (settings only: never Env, which may hold secrets), then, inside each
+# Running containers (settings only: of Env only NVIDIA_VISIBLE_DEVICES, picked by the template
+# on the host, since Env may hold secrets; it decides the GPUs under the nvidia runtime), then, inside each
 # workspace container (label gpufleet.workspace, made by the pytorch_workspace role), what its
 # Jupyter answers without a token, what its running sshd accepts and which uid Jupyter runs as.
-ctr_format='{"Id":{{json .Id}},"Name":{{json .Name}},"Image":{{json .Config.Image}},"Labels":{{json .Config.Labels}},"User":{{json .Config.User}},"Running":{{json .State.Running}},"Memory":{{json .HostConfig.Memory}},"NanoCpus":{{json .HostConfig.NanoCpus}},"DeviceRequests":{{json .HostConfig.DeviceRequests}},"PortBindings":{{json .HostConfig.PortBindings}}}'
+ctr_format='{"Id":{{json .Id}},"Name":{{json .Name}},"Image":{{json .Config.Image}},"Labels":{{json .Config.Labels}},"User":{{json .Config.User}},"Running":{{json .State.Running}},"Memory":{{json .HostConfig.Memory}},"NanoCpus":{{json .HostConfig.NanoCpus}},"DeviceRequests":{{json .HostConfig.DeviceRequests}},"PortBindings":{{json .HostConfig.PortBindings}},"Runtime":{{json .HostConfig.Runtime}},"GpuEnv":[{{range .Config.Env}}{{if eq (index (split . "=") 0) "NVIDIA_VISIBLE_DEVICES"}}{{json .}},{{end}}{{end}}null]}'
 # gpufleet/probes/ws_check.py, put here as a shell-quoted string when the probe is built, so
-# the probe stays one command; it runs inside each workspace container (python3 -c).
+# the probe stays one command; it runs inside each workspace container (python3 -I -c, as the
+# workspace's uid).
 #@include ws_check.py
 capture docker ps -q --no-trunc
 if [ "$rc" = 0 ] && [ -s "$tmp/out" ]; then
@@ -308,9 +310,16 @@ if [ "$rc" = 0 ] && [ -s "$tmp/out" ]; then
     wids=$(tr -cd '0-9a-f\n' <"$tmp/out" | tr '\n' ' ')
     : >"$tmp/wsc"
     for id in $wids; do
-        capture docker inspect --format '{{index .Config.Labels "gpufleet.workspace.jupyter"}}' -- "$id"
-        jp=$(tr -cd '0-9' <"$tmp/out")
-        capture docker exec "$id" python3 -c "$ws_check" "$jp"
+        capture docker inspect --format '{{index .Config.Labels "gpufleet.workspace.jupyter"}}
+{{index .Config.Labels "gpufleet.workspace.uid"}}
+{{index .Config.Labels "gpufleet.workspace.sshd"}}' -- "$id"
+        jp=$(sed -n 1p "$tmp/out" | tr -cd '0-9')
+        wuid=$(sed -n 2p "$tmp/out" | tr -cd '0-9')
+        sshd=$(sed -n 3p "$tmp/out" | tr -cd 'A-Za-z0-9/._-')
+        # As the workspace's uid (nobody for a container without one), never root: the check
+        # must not hand a tenant root, nor read what a tenant planted on sys.path (-I).
+        case $wuid in '' | 0) wuid=65534 ;; esac
+        capture docker exec --user "$wuid:$wuid" -w / "$id" python3 -I -c "$ws_check" "$jp" "$sshd"
         { printf 'container=%s rc=%s\n' "$id" "$rc"; cat "$tmp/out"; echo; } >>"$tmp/wsc"
         capture docker top "$id" -eo pid
         printf 'pids=%s\n' "$(tr -cd '0-9\n' <"$tmp/out" | tr '\n' ' ')" >>"$tmp/wsc"

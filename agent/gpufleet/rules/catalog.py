@@ -675,6 +675,13 @@ _RULES: tuple[RuleInfo, ...] = (
              "image's python3",
              meaning="`docker exec` of the check failed or found no sshd/Jupyter answer; "
                      "GF804/GF805/GF807 could not judge it."),
+    RuleInfo("GF810", "error", "workspace reaches GPUs it was not given",
+             "ansible-playbook playbooks/site.yml --tags pytorch_workspace -l {host} (recreates "
+             "{workspace} with --env NVIDIA_VISIBLE_DEVICES=void or --gpus of its own GPUs only)",
+             meaning="The GPUs a workspace container really has (its device requests; without "
+                     "any, under the nvidia runtime, its `NVIDIA_VISIBLE_DEVICES`, which CUDA "
+                     "images set to `all`) include one that its `gpufleet.workspace.gpus` label, "
+                     "the role's assignment, does not list."),
     # ---------------------------------------------------------------- GF9xx node-local (Slurm)
     RuleInfo("GF901", "warning", "circuit breaker tripped: node not drained",
              "too many nodes failed at once ({share} of the partition): look for a common cause "

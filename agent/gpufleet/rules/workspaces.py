@@ -1,7 +1,8 @@
 """GF8xx: workspace containers (pytorch_workspace role) against the pin and the safety settings.
 
 Facts: Facts.containers (probe.sh's `containers` and `workspace_checks` sections). A workspace is
-a running container with the label gpufleet.workspace; its GPUs are its DeviceRequests.
+a running container with the label gpufleet.workspace. Its GPUs are what it really reaches
+(`_reach`): its DeviceRequests, else, under the nvidia runtime, its NVIDIA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
@@ -13,7 +14,22 @@ from gpufleet.rules.base import Ctx, finding
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF801", "GF802", "GF803", "GF804", "GF805", "GF806", "GF807", "GF808",
-                          "GF809")
+                          "GF809", "GF810")
+# NVIDIA Container Toolkit, legacy mode: these values (and unset) give no GPU (NVIDIA/
+# cloud-native-docs container-toolkit/docker-specialized.md, "GPU Enumeration").
+_NO_GPU = {"", "void", "none"}
+
+
+def _reach(c: ContainerInfo, facts: Facts) -> tuple[str, ...]:
+    """The GPUs a container really has. A device request decides where there is one (the
+    engine then sets NVIDIA_VISIBLE_DEVICES itself); without one, the nvidia runtime (the
+    container's, else the engine's default) honours the Env, which CUDA images set to "all"."""
+    if c.gpus:
+        return c.gpus
+    runtime = c.runtime or (facts.docker.default_runtime if facts.docker else None)
+    if runtime != "nvidia" or c.gpu_env is None or c.gpu_env.strip().lower() in _NO_GPU:
+        return ()
+    return tuple(g.strip() for g in c.gpu_env.split(",") if g.strip())
 
 
 def _canonical(gpu: str, facts: Facts) -> tuple[str, ...]:
@@ -46,8 +62,18 @@ def _host(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
     # GPUs: two workspaces, or a workspace and a foreign container or process
     owners: dict[str, list[ContainerInfo]] = {}
     for c in workspaces:
-        for gpu in {u for g in c.gpus for u in _canonical(g, f)}:
+        reach = {u for g in _reach(c, f) for u in _canonical(g, f)}
+        for gpu in reach:
             owners.setdefault(gpu, []).append(c)
+        given = {u for g in c.assigned_gpus for u in _canonical(g, f)}
+        if extra := sorted(reach - given, key=lambda g: _label(g, f)):
+            yield finding(
+                "GF810", [name],
+                f"{name}: workspace {c.workspace} reaches {', '.join(_label(g, f) for g in extra)}"
+                f", assigned {', '.join(c.assigned_gpus) or 'no GPU'}",
+                {"workspace": c.workspace, "container": c.name, "gpus": extra,
+                 "assigned": list(c.assigned_gpus), "gpu_env": c.gpu_env,
+                 "runtime": c.runtime}, workspace=c.workspace)
     for gpu, cs in sorted(owners.items()):
         if len(cs) > 1:
             names = sorted(str(c.workspace) for c in cs)
@@ -56,11 +82,11 @@ def _host(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
                 f"{name}: {_label(gpu, f)} is assigned to workspaces {', '.join(names)}",
                 {"gpu": gpu, "workspaces": names}, gpu=gpu,
             )
-    foreign = [c for c in f.containers if not c.workspace and c.gpus]
+    foreign = [c for c in f.containers if not c.workspace and _reach(c, f)]
     ws_pids = {p for c in workspaces for p in c.pids}
     for gpu, cs in sorted(owners.items()):
         users = [f"container {c.name}" for c in foreign
-                 if gpu in {u for g in c.gpus for u in _canonical(g, f)}]
+                 if gpu in {u for g in _reach(c, f) for u in _canonical(g, f)}]
         if ws_pids:  # without the workspaces' PIDs no process can be told apart
             users += [f"process {p.pid} ({p.name})" for p in f.gpu_processes
                       if p.gpu_uuid and gpu in _canonical(p.gpu_uuid, f) and p.pid not in ws_pids]
