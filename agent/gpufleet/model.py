@@ -288,6 +288,17 @@ class NcclConfig:
 
 
 @dataclass(frozen=True)
+class TempDir:
+    """Where the probe and the smoke write their temporary files ($TMPDIR or /tmp) and what the
+    probe found there (gpufleet.probes.tmpdir)."""
+
+    path: str  # "/tmp"
+    free_bytes: int | None  # df's available space; None = df could not say
+    writable: bool  # a file written there kept its content (False: full, ENOSPC)
+    fallback: str | None = None  # where the probe went instead ("/dev/shm"), when not writable
+
+
+@dataclass(frozen=True)
 class Facts:
     schema: str = FACTS_SCHEMA
     collected_at: str | None = None  # ISO 8601 UTC on the controller
@@ -313,6 +324,7 @@ class Facts:
     pci_gpus: tuple[PciFunction, ...] | None = None
     # RDMA ports and their rates (sysfs); () = no RDMA device, None = not read
     ib_ports: tuple[IbPort, ...] | None = None
+    tmpdir: TempDir | None = None  # the temporary directory; None = not read
 
     @property
     def gpu_count(self) -> int:

@@ -18,6 +18,7 @@ from gpufleet.probes import (
     pci,
     processes,
     system,
+    tmpdir,
 )
 from gpufleet.probes import topology as topo
 from gpufleet.probes.sections import Family
@@ -40,6 +41,7 @@ FAMILIES: tuple[Family, ...] = (
     nccl.NCCL_CONFIG,
     pci.PCI_GPUS,
     ib.IB_PORTS,
+    tmpdir.TMPDIR,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

@@ -9,14 +9,26 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from gpufleet.model import SEVERITY_ORDER, Finding, Report
-from gpufleet.rules import compat, deep, desired, drift, hardware, links, nccl, perf, smoke, state
+from gpufleet.rules import (
+    compat,
+    deep,
+    desired,
+    drift,
+    hardware,
+    links,
+    nccl,
+    perf,
+    smoke,
+    state,
+    tmpdir,
+)
 from gpufleet.rules import workspaces as workspace_rules
 from gpufleet.rules.base import Ctx
 from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 
 __all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
-MODULES = (state, desired, drift, compat, hardware, perf, smoke, links, nccl, deep,
+MODULES = (state, tmpdir, desired, drift, compat, hardware, perf, smoke, links, nccl, deep,
             workspace_rules)
 
 
