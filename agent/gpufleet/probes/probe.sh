@@ -1,7 +1,8 @@
 #!/bin/sh
 # gpufleet probe: every fact of one host in one round trip.
 # Run as `sh -s -- [tool_timeout=SECONDS] [image=REF]` with this text on stdin.
-# POSIX sh; needs only coreutils (timeout, mktemp, readlink, tail, date, uname, cat).
+# POSIX sh; needs only coreutils (timeout, mktemp, readlink, tail, date, uname, cat, df; awk for
+# the free space, which is left unknown without it).
 # Output: sections `==gpufleet== NAME rc=N`, the tool's stdout, and, when the tool wrote to
 # stderr, a `==gpufleet-stderr==` line followed by it. rc 127 = tool not found,
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
