@@ -186,11 +186,25 @@ def test_f15_mistyped_scalars_are_that_hosts_error(tmp_path: Path, cli: Callable
 
 def test_f15_deep_nesting_is_a_sentence_not_a_recursion_error(tmp_path: Path,
                                                               cli: Callable[..., Ran]) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
     tree = tmp_path / "tree"
     shutil.copytree(ANSIBLE / "tree", tree)
-    (tree / "gpu-ok").write_text("[" * 100_000 + "]" * 100_000)
-    r = cli("ansible-report", str(tree))
-    assert r.returncode == 2 and f"{tree / 'gpu-ok'} is not Ansible results JSON" in r.stderr
+    (tree / "gpu-ok").write_text(deep)  # a tree file is one host's: that host's error
+    r = cli("ansible-report", str(tree), "--format", "json")
+    doc = json.loads(r.stdout)
+    assert doc["hosts"]["gpu-ok"]["status"] == "error"
+    assert f"{tree / 'gpu-ok'} is not Ansible results JSON: nested deeper than 64 levels" \
+        in doc["hosts"]["gpu-ok"]["error"]
+    assert doc["hosts"]["gpu-drift"]["status"] == "ok"
+    (tree / "gpu-ok").write_text("[1, 2]")
+    doc = json.loads(cli("ansible-report", str(tree), "--format", "json").stdout)
+    assert "result unreadable: list where an object is expected" in \
+        doc["hosts"]["gpu-ok"]["error"]
+    events = _events(tmp_path)  # an event file names no host: the run is refused
+    (events / "8-36e7dfcb-8373-488f-96a3-91f09dfb82ef.json").write_text(deep)
+    r = cli("ansible-report", str(events))
+    assert r.returncode == 2 and "8-36e7dfcb-8373-488f-96a3-91f09dfb82ef.json is not Ansible " \
+        "results JSON: nested deeper than 64 levels" in r.stderr
     _no_traceback(r)
 
 

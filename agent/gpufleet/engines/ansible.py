@@ -139,6 +139,9 @@ def _from_mapping(doc: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, A
             status = ("unreachable" if res.get("unreachable") else
                       "error" if res.get("failed") else "ok")
             out[str(host)] = (status, res)
+        else:  # still that host's line in the report: one bad result hides no host
+            out[str(host)] = ("error", {"msg": f"result unreadable: {type(res).__name__} where "
+                                               "an object is expected"})
     return out
 
 
@@ -167,11 +170,22 @@ def _judged(path: Path) -> dict[str, tuple[str, Mapping[str, Any]]]:
     except OSError as exc:
         raise AnsibleResultsError(f"cannot read {path}: {exc.strerror}") from exc
     if is_dir:
-        docs = [(p, _read(p)) for p in files]
-        if docs and all(isinstance(d, Mapping) and "event" in d for _, d in docs):
-            return _from_events(d for _, d in docs)
-        # ansible -t DIR: one file per host, named by the host
-        return _from_mapping({p.name: d for p, d in docs})
+        docs: dict[Path, Any] = {}
+        bad: dict[Path, str] = {}
+        for p in files:
+            try:
+                docs[p] = _read(p)
+            except AnsibleResultsError as exc:
+                bad[p] = str(exc)
+        if any(isinstance(d, Mapping) and "event" in d for d in docs.values()):
+            if bad:  # an event file names no host of its own: the run is not judged half-read
+                raise AnsibleResultsError(next(iter(bad.values())))
+            return _from_events(d for d in docs.values() if isinstance(d, Mapping))
+        # ansible -t DIR: one file per host, named by the host; an unreadable file is that
+        # host's error
+        chosen = _from_mapping({p.name: d for p, d in docs.items()})
+        chosen.update({p.name: ("error", {"msg": why}) for p, why in bad.items()})
+        return chosen
     doc = _read(path)
     if isinstance(doc, Mapping) and isinstance(doc.get("results"), list):
         return _from_events(e for e in doc["results"] if isinstance(e, Mapping))  # AWX page
