@@ -350,6 +350,17 @@ class NcclConfig:
 
 
 @dataclass(frozen=True)
+class TempDir:
+    """Where the probe and the smoke write their temporary files ($TMPDIR or /tmp) and what the
+    probe found there (gpufleet.probes.tmpdir)."""
+
+    path: str  # "/tmp"
+    free_bytes: int | None  # df's available space; None = df could not say
+    writable: bool  # a file written there kept its content (False: full, ENOSPC)
+    fallback: str | None = None  # where the probe went instead ("/dev/shm"), when not writable
+
+
+@dataclass(frozen=True)
 class Facts:
     schema: str = FACTS_SCHEMA
     collected_at: str | None = None  # ISO 8601 UTC on the controller
@@ -382,6 +393,7 @@ class Facts:
     ib_links: tuple[IbLink, ...] | None = None  # per-port state and counters; None: not read
     # NVLink replay/recovery/CRC counters per GPU and link; None: not read
     nvlink_errors: tuple[NvLinkErrorCounts, ...] | None = None
+    tmpdir: TempDir | None = None  # the temporary directory; None = not read
 
     @property
     def gpu_count(self) -> int:

@@ -93,7 +93,7 @@ def number(value: object) -> float | None:
         return None
     try:
         got = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an int beyond a float (10**400)
         return None
     return got if math.isfinite(got) else None
 

@@ -34,7 +34,7 @@ options:
 """
 
 import datetime as dt  # noqa: E402  # after DOCUMENTATION, as Ansible plugins do
-import os  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 
@@ -52,9 +52,12 @@ class CallbackModule(CallbackBase):
     def _keep(self, result, status):
         res = dict(result._result)
         action = getattr(result._task, "action", "") or ""
-        if status == "ok" and "gpufleet" not in (res.get("ansible_facts") or {}):
+        # Only the gpu_facts task's own result: any other task's result is the host's output,
+        # and a forged ansible_facts.gpufleet or gpufleet_expect in it must not replace the
+        # facts or erase the expectations (issue 22 F22).
+        if not action.endswith("gpu_facts"):
             return
-        if status != "ok" and not action.endswith("gpu_facts"):
+        if status == "ok" and "gpufleet" not in (res.get("ansible_facts") or {}):
             return
         res["unreachable"] = status == "unreachable"
         res["failed"] = status == "failed"
@@ -76,6 +79,7 @@ class CallbackModule(CallbackBase):
             report_from_results,
             results_from_mapping,
         )
+        from gpufleet.files import write_atomic  # noqa: PLC0415
         from gpufleet.report import render  # noqa: PLC0415
 
         now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -83,8 +87,7 @@ class CallbackModule(CallbackBase):
                                      expect={h: r.get("gpufleet_expect") or {}
                                              for h, r in self._results.items()})
         path = self.get_option("output")
-        tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(render(report, self.get_option("format")).rstrip("\n") + "\n")
-        os.replace(tmp, path)
+        # A fresh temp file beside the report, then a rename: a link planted at a fixed temp
+        # name in the playbook's directory is never followed (issue 22 F13).
+        write_atomic(Path(path), render(report, self.get_option("format")).rstrip("\n") + "\n")
         self._display.display(f"gpufleet: report for {len(self._results)} host(s) in {path}")

@@ -99,6 +99,9 @@ SESSION_HOSTS: tuple[tuple[str, str], ...] = (
 
 
 
+FULL_TMP_HOLD = Path("/run/gpufleet-full-tmp-hold")  # an empty mount point outside /tmp
+
+
 class FleetError(RuntimeError):
     """The fleet itself could not be set up (not a finding about a simulated host)."""
 
@@ -133,6 +136,8 @@ class Fleet:
         self.root = root
         self.profiles_dir = profiles_dir
         self.hosts: dict[str, FleetHost] = {}
+        # Hosts whose /tmp is a 64 KiB tmpfs filled to the last byte (issue 22: a full /tmp).
+        self.full_tmp: set[str] = set()
         self.inventory = root / "inventory.yml"
         self.known_hosts = root / "known_hosts"
         self.client_key = root / "client_ed25519"
@@ -236,6 +241,15 @@ class Fleet:
             if (prof / "etc").is_dir():  # the profile's files over the host's /etc, read-only
                 steps.append(f"mount -t overlay gpufleet-etc -o lowerdir={q(str(prof / 'etc'))}"
                              ":/etc /etc")
+        if h.name in self.full_tmp:
+            # The fleet's own files (sshd config, keys) live under /tmp too: held aside, put
+            # back on the small tmpfs at the same path, then every free byte filled.
+            hold, here = q(str(FULL_TMP_HOLD)), q(str(self.root))
+            steps += [f"mount --bind {here} {hold}",
+                      "mount -t tmpfs -o size=64k,mode=1777 gpufleet-full-tmp /tmp",
+                      f"mkdir -p {here}", f"mount --bind {hold} {here}", f"umount {hold}",
+                      "dd if=/dev/zero of=/tmp/.gpufleet-fill bs=4096 2>/dev/null || true"]
+            FULL_TMP_HOLD.mkdir(exist_ok=True)
         steps.append(f"exec {SSHD} -D -e -f {q(str(h.config))}")
         return "\n".join(steps)
 
@@ -373,8 +387,10 @@ def build_fleet(
     host_vars: Mapping[str, Mapping[str, Any]] | None = None,
     profiles_dir: Path | None = None,
     start_timeout: float = 10.0,
+    full_tmp: Sequence[str] = (),
 ) -> Fleet:
-    """Create and start a fleet under root. The caller must close() it; prefer make_fleet."""
+    """Create and start a fleet under root. The caller must close() it; prefer make_fleet.
+    full_tmp: hosts whose /tmp is full (a 64 KiB tmpfs, 0 bytes free)."""
     need_root_and_sshd("the sshd test fleet needs root (mount namespaces, port 22)")
     profiles_dir = profiles_dir or PROFILES_DIR
     missing = sorted({p for _, p in hosts if p is not None and not (profiles_dir / p).is_dir()})
@@ -386,6 +402,7 @@ def build_fleet(
 
     root.mkdir(parents=True, exist_ok=True)
     fleet = Fleet(root, profiles_dir)
+    fleet.full_tmp = set(full_tmp)
     close_at_exit(fleet)
     try:
         _populate(fleet, hosts, faults, groups or {}, group_vars, host_vars or {}, start_timeout)
@@ -524,7 +541,7 @@ def make_fleet(
     faults=True adds down/badkey/noauth/noresolve in group `faulty`; groups={name: group}
     overrides the default group (`cpu` for profile no-nvidia-smi, else `gpu`);
     group_vars={group: vars} replaces the default {"gpu": DESIRED_STATE} ("all" merges into
-    all.vars); host_vars={name: vars}; profiles_dir; start_timeout.
+    all.vars); host_vars={name: vars}; profiles_dir; start_timeout; full_tmp=[name, …].
     """
     fleet = build_fleet(tmp_path, hosts, **kwargs)
     try:

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 HOSTS = [("gpu-ok", "h200x2"), ("gpu-ecc", "ecc-remap"), ("gpu-drift", "driver-drift"),
          ("gpu-down", "h200x2")]
-VOLATILE = ("collected_at", "probe_duration_s")  # when and how long: differ between any 2 runs
+VOLATILE = ("collected_at", "probe_duration_s", "tmpdir")  # when, how long, free bytes: differ
 
 
 @pytest.fixture(scope="module")

@@ -102,7 +102,7 @@ def test_diff_of_two_reports_and_of_garbage(tmp_path: Path) -> None:
     assert same.returncode == 0, same.stderr
     (tmp_path / "junk.json").write_text("{not json")
     bad = cli("diff", str(tmp_path / "a.json"), str(tmp_path / "junk.json"))
-    assert bad.returncode == 2 and "is not a JSON report" in bad.stderr
+    assert bad.returncode == 2 and "is not a gpufleet JSON report" in bad.stderr
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

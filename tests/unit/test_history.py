@@ -161,6 +161,7 @@ def test_history_and_report_commands(store: RunStore, tmp_path: Path,
     bad = tmp_path / "bad.json"
     bad.write_text('{"hosts": {"a": {}}}')
     r = cli("report", str(bad))
-    assert r.returncode == 2 and "has no status" in r.stderr
+    assert r.returncode == 2
+    assert "bad.json is not a gpufleet JSON report: the top level: lacks 'schema'" in r.stderr
     r = cli("history", "--store", str(tmp_path / "empty"))
     assert r.returncode == 2 and "no saved runs" in r.stderr

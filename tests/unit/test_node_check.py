@@ -132,10 +132,14 @@ def test_node_local_history_escalates_a_gpu_that_keeps_asking_for_a_reboot(
     store = RunStore(tmp_path / "history")
     for hours, stamp in ((3, "[ 4711.000001]"), (2, "[ 912.500000]")):
         at = (datetime.now(timezone.utc) - timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
-        store.save({"schema": "gpufleet.report/v1", "generated_at": at, "hosts": {"n1": {
-            "status": "ok", "facts": {"xid_events": [{
-                "xid": 79, "timestamp": stamp, "bus_id": "00000000:00:07.0",
-                "message": "GPU has fallen off the bus."}]}}}, "findings": []})
+        # A whole saved report (the store reads only valid ones): the golden one, reshaped.
+        doc = json.loads((Path(__file__).parents[1] / "fixtures" / "report" /
+                          "golden.json").read_text())
+        host = dict(next(iter(doc["hosts"].values())), name="n1", status="ok", smoke=None)
+        host["facts"] = dict(host["facts"], xid_events=[{
+            "xid": 79, "timestamp": stamp, "bus_id": "00000000:00:07.0",
+            "message": "GPU has fallen off the bus."}])
+        store.save(dict(doc, generated_at=at, hosts={"n1": host}, findings=[]))
     proc, _, _ = node_check("xid", "--node", "n1", "--history", str(tmp_path / "history"),
                             "--format", "json")
     doc = _doc(proc)

@@ -370,6 +370,7 @@ def test_profile_facts_golden(facts: dict[str, Facts], name: str) -> None:
     got = json.loads(json.dumps(to_jsonable(facts[name])))
     got.pop("os")
     got.pop("nccl_config")  # this machine's files and environment: test_nccl_conf.py
+    got.pop("tmpdir")  # this machine's /tmp and its free bytes: test_full_tmp_local.py
     if name == "no-nvidia-smi":
         for family in ("docker", "image"):
             got["errors"].pop(family)

@@ -29,6 +29,7 @@ from gpufleet.model import (
     Report,
     SmokeCheck,
     SmokeResult,
+    TempDir,
     TransportRecord,
     XidEvent,
 )
@@ -73,6 +74,9 @@ def _ws(name: str, **kw: object) -> ContainerInfo:
 
 
 # rule -> (report where it fires, host it must name)
+# /tmp on a host full to the last byte (the fleet's full1: a 64 KiB tmpfs), the probe in /dev/shm
+FULL_TMP = TempDir(path="/tmp", free_bytes=0, writable=False, fallback="/dev/shm")
+
 CASES: dict[str, tuple[Callable[[], Report], str]] = {
     "GF001": (lambda: fleet({"gpu02": _down("unreachable")}), "gpu02"),
     "GF002": (lambda: fleet({"gpu02": _down("auth_failed")}), "gpu02"),
@@ -84,6 +88,7 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
         ("6.8.0-45-generic", "6.8.0-100-generic"), False)}}}), "gpu02"),
     "GF010": (lambda: fleet({"gpu02": {"facts": {"errors": {"docker": "docker: not found"}}}}),
               "gpu02"),
+    "GF011": (lambda: fleet({"gpu02": {"facts": {"tmpdir": FULL_TMP}}}), "gpu02"),
     "GF101": (lambda: fleet({"gpu02": {"facts": {"driver": DRV_OTHER}}}), "gpu02"),
     "GF102": (lambda: fleet({"gpu02": {"facts": {"driver": _driver("570.195.03", "12.8")}}},
                             expectations={"driver_version": None, "driver_branch": "580"}),
@@ -365,3 +370,15 @@ def test_healthy_h200_smoke_numbers_are_the_real_ones() -> None:
 def test_the_throttle_reasons_judged_bad_are_names_the_probe_decodes() -> None:
     """One bit table (probes/gpus.py); GF411's policy may only name reasons it yields."""
     assert {name for _, name in THROTTLE_BITS} >= reference.THROTTLE_BAD
+
+
+def test_gf011_names_the_path_and_free_space_and_a_roomy_tmp_is_silent() -> None:
+    full = [f for f in evaluate(fleet({"gpu02": {"facts": {"tmpdir": FULL_TMP}}}), now=NOW)
+            if f.rule == "GF011"]
+    assert [f.message for f in full] == [
+        "/tmp on gpu02: 0 B free, a file written there keeps no content (no space left on "
+        "device); the probe went on in /dev/shm, the smoke test needs ~1 MiB there"]
+    assert full[0].evidence["free_bytes"] == 0 and "df -h /tmp" in full[0].remediation
+    roomy = TempDir(path="/tmp", free_bytes=1 << 30, writable=True)
+    assert not [f for f in evaluate(fleet({"gpu02": {"facts": {"tmpdir": roomy}}}), now=NOW)
+                if f.rule == "GF011"]

@@ -6,18 +6,15 @@ exist" and reading a JSON report: every command goes through `Output` and `read_
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from gpufleet.cli.options import UsageError
-from gpufleet.files import FileError, read_parsed
+from gpufleet.files import REPORT_SCHEMA, FileError, read_checked, write_atomic
 from gpufleet.report import Format, render_doc
 
 
@@ -55,44 +52,19 @@ class Output:
 
 
 def _replace(output: Path, text: str) -> None:
-    # Write beside, then rename: node_exporter's textfile collector (or a CI job) never reads a
-    # half-written report. The temp file is new and ours (O_EXCL, unique name): a planted
-    # symlink is never followed and concurrent runs never share one.
-    tmp: str | None = None
+    # node_exporter's textfile collector (or a CI job) never reads a half-written report.
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".tmp",
-                                   dir=output.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # what a plain open() would have made, not mkstemp's 0600
-        os.replace(tmp, output)
+        write_atomic(output, text)
     except OSError as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         raise UsageError(f"cannot write {output}: {exc.strerror}") from exc
 
 
-def read_report(path: Path, *, complete: bool = True) -> dict[str, Any]:
-    """A saved JSON report. `complete`: also checked enough that every renderer can work on it
-    (hosts with a status, findings with rule, severity, hosts and message)."""
+def read_report(path: Path) -> dict[str, Any]:
+    """A saved JSON report, checked against the shipped schema (gpufleet/schema/report-v1.json)
+    before any renderer sees it: a hostile or truncated file is one sentence naming the file
+    and the field, never a traceback or a verdict built from half of it."""
     try:
-        doc = read_parsed(path, json.loads, "a JSON report", (json.JSONDecodeError,))
+        doc: dict[str, Any] = read_checked(path, REPORT_SCHEMA, "a gpufleet JSON report")
     except FileError as exc:
         raise UsageError(str(exc)) from exc
-    if not isinstance(doc, dict) or "hosts" not in doc:
-        raise UsageError(f"{path} is not a gpufleet JSON report (no 'hosts')")
-    if not complete:
-        return doc
-    if not isinstance(doc["hosts"], dict):
-        raise UsageError(f"{path} is not a gpufleet JSON report (no 'hosts')")
-    doc.setdefault("findings", [])
-    for name, h in doc["hosts"].items():
-        if not isinstance(h, dict) or "status" not in h:
-            raise UsageError(f"{path}: host {name!r} has no status")
-    for f in doc["findings"]:
-        if not isinstance(f, dict) or not {"rule", "severity", "hosts", "message"} <= set(f):
-            raise UsageError(f"{path}: a finding lacks rule, severity, hosts or message")
-        f.setdefault("remediation", "")
     return doc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from gpufleet.history import RunStore, StoreError, history_section
 from gpufleet.history import coverage as cov
 from gpufleet.inventory import InventoryError, load_inventory
 from gpufleet.model import Report, to_jsonable
+from gpufleet.redact import clean, text
 from gpufleet.report import document
 from gpufleet.report.diff import diff_reports
 from gpufleet.report.history_text import render_history
@@ -82,9 +84,16 @@ def add(sub: Any) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    old, new = (read_report(path, complete=False) for path in (args.old, args.new))
+    old, new = (read_report(path) for path in (args.old, args.new))
     Output().write(diff_reports(old, new))
     return EXIT_OK
+
+
+def _noted(store: RunStore) -> None:
+    """What the store left out (a forged or broken file), one line each on stderr."""
+    for note in store.notes:
+        print(f"gpufleet: run store: {text(note)}", file=sys.stderr)
+    store.notes.clear()
 
 
 def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any]]:
@@ -103,6 +112,8 @@ def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any
         doc["history"] = history_section(doc, entries, store.load)
     except StoreError as exc:
         raise UsageError(f"run store: {exc}") from exc
+    finally:
+        _noted(store)
     return report, doc
 
 
@@ -123,6 +134,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             doc["history"] = history_section(doc, older, store.load)
         except StoreError as exc:
             raise UsageError(f"run store: {exc}") from exc
+        finally:
+            _noted(store)
     check_dir(args.output)
     out = Output(args.output)
     try:
@@ -153,12 +166,17 @@ def cmd_history(args: argparse.Namespace) -> int:
         drift = drift_findings(latest, entries[:-1])
     except StoreError as exc:
         raise UsageError(f"run store: {exc}") from exc
+    finally:
+        _noted(store)
     section["latest"] = {"run": entries[-1]["file"], "generated_at": entries[-1]["generated_at"]}
     section["drift"] = [d for d in map(to_jsonable, drift) if set(d["hosts"]) & set(names)]
+    # Every string here came from run files anyone with write access to the store wrote:
+    # inert text and redacted, as `report` and `diff` show them (issue 22 F6).
+    section = clean(section)
     if args.format == "json":
         Output().write(json.dumps(section, indent=2, ensure_ascii=False))
     else:
-        Output().write(render_history(section, known=set(latest["hosts"])))
+        Output().write(render_history(section, known={text(n) for n in latest["hosts"]}))
     return EXIT_FINDINGS if section["drift"] else EXIT_OK
 
 

@@ -130,13 +130,14 @@ def cmd_check(args: argparse.Namespace) -> int:
     doc = document(report)
     if args.save is not None:
         report, doc = saved.with_history(report, args.save)
-    Output(args.output).render(doc, args.format)
-    if args.save is not None:
+        # Saved before it is rendered: a renderer that fails on some host's data must not
+        # throw away a run (up to 30 min at --level full) that --save was meant to keep.
         try:
             path = RunStore(args.save).save(doc)
         except StoreError as exc:
             raise UsageError(f"cannot save the report: {exc}") from exc
         print(f"gpufleet: saved {path}", file=sys.stderr)
+    Output(args.output).render(doc, args.format)
     _note_no_gpu(results)
     return exit_code(report.findings, args.fail_on)
 

@@ -10,13 +10,13 @@ callback plugin, from `ansible -t DIR` (one file per host), from ansible-runner'
 from __future__ import annotations
 
 import dataclasses
-import json
 import types
 import typing
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gpufleet.files import FileError, read_json
 from gpufleet.inventory import node_spec
 from gpufleet.model import Facts, HostResult, Report
 from gpufleet.report.pipeline import judge
@@ -65,9 +65,17 @@ def from_jsonable(cls: Any, data: Any) -> Any:
             raise ValueError(f"expected an object, got {type(data).__name__}")
         return {(int(k) if key_t is int else k): from_jsonable(value_t, v)
                 for k, v in data.items()}
-    if cls is float and isinstance(data, int) and not isinstance(data, bool):
-        return float(data)
+    if cls in _SCALARS:
+        # The JSON came from a results file anyone may have edited: a number where a version
+        # string belongs is a refused field, not a TypeError deep in a rule (issue 22 F15).
+        if not isinstance(data, _SCALARS[cls]) or (cls is not bool and isinstance(data, bool)):
+            raise ValueError(f"expected {cls.__name__}, got {type(data).__name__}")
+        return float(data) if cls is float and isinstance(data, int) else data
     return data
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {str: (str,), int: (int,), float: (int, float),
+                                         bool: (bool,)}
 
 
 def facts_from_json(data: Mapping[str, Any]) -> Facts:
@@ -92,103 +100,116 @@ def _host_result(host: str, status: str, res: Mapping[str, Any]) -> HostResult:
     return HostResult(name=host, status="error", error=f"{host}: gpu_facts failed: {msg}")
 
 
-def _from_events(events: Iterable[Mapping[str, Any]]) -> dict[str, HostResult]:
-    """ansible-runner / AWX job events: the last gpu_facts outcome per host wins."""
-    results: dict[str, HostResult] = {}
-    for ev in events:
+def _is_gpu_facts(action: object) -> bool:
+    return str(action).endswith("gpu_facts")  # gpu_facts, gpufleet.gpu.gpu_facts
+
+
+def _from_events(events: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """ansible-runner / AWX job events: per host its last gpu_facts outcome, in the order the
+    run emitted them (`counter`; file names sort `10-` before `9-`, issue 22 F14). Only the
+    gpu_facts task's own events count: a later task's result is the host's output and must not
+    stand in for the facts or erase the expectations (issue 22 F22)."""
+    numbered = [(ev.get("counter"), i, ev) for i, ev in enumerate(events)]
+    numbered.sort(key=lambda t: (t[0] if isinstance(t[0], int) else t[1], t[1]))
+    results: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for _, _, ev in numbered:
         status = _EVENTS.get(str(ev.get("event")))
         data = ev.get("event_data") or {}
+        if status is None or not isinstance(data, Mapping):
+            continue
         host, res = data.get("host"), data.get("res") or {}
-        if status is None or not host or not isinstance(res, Mapping):
+        if not isinstance(host, str) or not host or not isinstance(res, Mapping):
             continue
-        if status == "ok" and FACTS_KEY not in (res.get("ansible_facts") or {}):
+        if not _is_gpu_facts(data.get("task_action", "gpu_facts")):
             continue  # some other task of the play
-        if status != "ok" and "gpu_facts" not in str(data.get("task_action", "gpu_facts")):
+        if status == "ok" and FACTS_KEY not in (res.get("ansible_facts") or {}):
             continue
-        results[str(host)] = _host_result(str(host), status, res)
+        results[host] = (status, res)
     return results
+
+
+def _from_mapping(doc: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """{host: result} (callback plugin, `ansible -t` files, or the verify playbook's dump)."""
+    out: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for host, res in doc.items():
+        if res is None:
+            out[str(host)] = ("unreachable", {"msg": "no gpu_facts result (unreachable or "
+                                              "failed in Ansible; see the play recap)"})
+        elif isinstance(res, Mapping):
+            status = ("unreachable" if res.get("unreachable") else
+                      "error" if res.get("failed") else "ok")
+            out[str(host)] = (status, res)
+        else:  # still that host's line in the report: one bad result hides no host
+            out[str(host)] = ("error", {"msg": f"result unreadable: {type(res).__name__} where "
+                                               "an object is expected"})
+    return out
+
+
+def _host_results(chosen: Mapping[str, tuple[str, Mapping[str, Any]]]) -> dict[str, HostResult]:
+    return {h: _host_result(h, status, res) for h, (status, res) in chosen.items()}
 
 
 def results_from_mapping(doc: Mapping[str, Any]) -> dict[str, HostResult]:
     """{host: result} (callback plugin, `ansible -t` files, or the verify playbook's dump)."""
-    out: dict[str, HostResult] = {}
-    for host, res in doc.items():
-        if res is None:
-            out[host] = HostResult(name=host, status="unreachable",
-                                   error=f"{host}: no gpu_facts result (unreachable or failed "
-                                   "in Ansible; see the play recap)")
-        elif isinstance(res, Mapping):
-            if res.get("unreachable"):
-                status = "unreachable"
-            elif res.get("failed"):
-                status = "error"
-            else:
-                status = "ok"
-            out[host] = _host_result(host, status, res)
-    return out
+    return _host_results(_from_mapping(doc))
+
+
+def _read(path: Path) -> Any:
+    try:
+        return read_json(path, "Ansible results JSON")
+    except FileError as exc:
+        raise AnsibleResultsError(str(exc)) from exc
+
+
+def _judged(path: Path) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """Per host the one gpu_facts result that is judged, from any supported shape at `path`;
+    its facts and its expectations come from that one result (issue 22 F4, F22)."""
+    try:
+        is_dir = path.is_dir()
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if is_dir else []
+    except OSError as exc:
+        raise AnsibleResultsError(f"cannot read {path}: {exc.strerror}") from exc
+    if is_dir:
+        docs: dict[Path, Any] = {}
+        bad: dict[Path, str] = {}
+        for p in files:
+            try:
+                docs[p] = _read(p)
+            except AnsibleResultsError as exc:
+                bad[p] = str(exc)
+        if any(isinstance(d, Mapping) and "event" in d for d in docs.values()):
+            if bad:  # an event file names no host of its own: the run is not judged half-read
+                raise AnsibleResultsError(next(iter(bad.values())))
+            return _from_events(d for d in docs.values() if isinstance(d, Mapping))
+        # ansible -t DIR: one file per host, named by the host; an unreadable file is that
+        # host's error
+        chosen = _from_mapping({p.name: d for p, d in docs.items()})
+        chosen.update({p.name: ("error", {"msg": why}) for p, why in bad.items()})
+        return chosen
+    doc = _read(path)
+    if isinstance(doc, Mapping) and isinstance(doc.get("results"), list):
+        return _from_events(e for e in doc["results"] if isinstance(e, Mapping))  # AWX page
+    if isinstance(doc, list):
+        return _from_events(e for e in doc if isinstance(e, Mapping))
+    if isinstance(doc, Mapping):
+        hosts = doc.get("hosts", doc)
+        return _from_mapping(hosts) if isinstance(hosts, Mapping) else {}
+    return {}
 
 
 def load_ansible_results(path: Path) -> dict[str, HostResult]:
     """One HostResult per host from any of the supported result shapes at `path`."""
-    try:
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file())
-            docs = [(p, json.loads(p.read_text(encoding="utf-8"))) for p in files]
-            if docs and all(isinstance(d, Mapping) and "event" in d for _, d in docs):
-                results = _from_events(d for _, d in docs)
-            else:  # ansible -t DIR: one file per host, named by the host
-                results = results_from_mapping({p.name: d for p, d in docs})
-        else:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(doc, Mapping) and isinstance(doc.get("results"), list):
-                results = _from_events(doc["results"])  # an AWX job_events API page
-            elif isinstance(doc, list):
-                results = _from_events(doc)
-            elif isinstance(doc, Mapping):
-                results = results_from_mapping(doc.get("hosts", doc))
-            else:
-                results = {}
-    except OSError as exc:
-        raise AnsibleResultsError(f"cannot read {path}: {exc.strerror}") from exc
-    except ValueError as exc:
-        raise AnsibleResultsError(f"{path}: not JSON: {exc}") from exc
+    results = _host_results(_judged(path))
     if not results:
         raise AnsibleResultsError(f"{path}: no gpufleet.gpu.gpu_facts results in it")
     return dict(sorted(results.items()))
 
 
 def expectations(path: Path) -> dict[str, dict[str, Any]]:
-    """host -> the desired-state variables gpu_facts returned with its facts (gpufleet_expect)."""
-    found: dict[str, dict[str, Any]] = {}
-
-    def take(host: Any, res: Any) -> None:
-        if isinstance(res, Mapping) and isinstance(res.get("gpufleet_expect"), Mapping):
-            found[str(host)] = dict(res["gpufleet_expect"])
-
-    for name, doc in _documents(path):
-        if isinstance(doc, Mapping) and "event" in doc:
-            data = doc.get("event_data") or {}
-            take(data.get("host"), data.get("res"))
-        elif name is not None:  # ansible -t DIR: one file per host, named by the host
-            take(name, doc)
-        elif isinstance(doc, Mapping):
-            for host, res in doc.get("hosts", doc).items():
-                take(host, res)
-    return found
-
-
-def _documents(path: Path) -> list[tuple[str | None, Any]]:
-    """(file name in a directory, else None; its JSON) for each document at path."""
-    try:
-        if path.is_dir():
-            return [(p.name, json.loads(p.read_text(encoding="utf-8")))
-                    for p in sorted(path.rglob("*")) if p.is_file()]
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    if isinstance(doc, Mapping) and isinstance(doc.get("results"), list):
-        return [(None, d) for d in doc["results"]]
-    return [(None, d) for d in doc] if isinstance(doc, list) else [(None, doc)]
+    """host -> the desired-state variables gpu_facts returned with the facts that are judged
+    (gpufleet_expect of that same result)."""
+    return {host: dict(res["gpufleet_expect"]) for host, (_, res) in _judged(path).items()
+            if isinstance(res.get("gpufleet_expect"), Mapping)}
 
 
 def report_from_results(results: Mapping[str, HostResult], *, generated_at: str,

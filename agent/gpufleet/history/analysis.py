@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpufleet.model import fmt_bytes
+from gpufleet.redact import number
 from gpufleet.report.common import host_worst, versions
 from gpufleet.report.wording import row_message
 
@@ -22,10 +23,19 @@ TREND_RUNS = 20
 Entry = Mapping[str, Any]
 
 
+def _numbers(raw: object) -> dict[str, float]:
+    if not isinstance(raw, Mapping):
+        return {}
+    got = {str(k): number(v) for k, v in raw.items()}
+    return {k: v for k, v in got.items() if v is not None}
+
+
 def _host_summary(hdoc: Mapping[str, Any], worst: str | None) -> dict[str, Any]:
     smoke = hdoc.get("smoke") or {}
-    bw = {int(k): float(v) for k, v in (smoke.get("busbw_gbps") or {}).items()}
-    tflops = {str(k): float(v) for k, v in (smoke.get("matmul_tflops") or {}).items()}
+    # A figure that is missing or not a finite number is left out, as every renderer does: a
+    # null saved by an older gpufleet must not stop every later --save (issue 22 F3).
+    bw = {int(k): v for k, v in _numbers(smoke.get("busbw_gbps")).items() if k.isdigit()}
+    tflops = _numbers(smoke.get("matmul_tflops"))
     good = (hdoc.get("status") == "ok" and worst not in ("error", "warning")
             and smoke.get("status") in (None, "pass"))
     size = max(bw) if bw else None

@@ -2,23 +2,29 @@
 
 The index holds, per run, a small summary of each host (status, worst finding, busbw at the largest
 size, TFLOP/s per GPU) so history and the drift rule read one file, not every run. It is rewritten
-under a lock, beside and renamed, so two checks saving at once both land; a lost or broken index is
-rebuilt from the run files.
+under a lock, through a fresh temp file and renamed, so two checks saving at once both land; a
+lost or broken index is rebuilt from the run files.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import fnmatch
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from gpufleet.files import REPORT_SCHEMA, STORE_SCHEMA, FileError, read_checked, write_atomic
 from gpufleet.history.analysis import summarize_run
+from gpufleet.redact import text as inert
 
-STORE_SCHEMA = "gpufleet.store/v1"
+STORE_SCHEMA_ID = "gpufleet.store/v1"  # schema/store-v1.json
+WHAT = "a gpufleet JSON report"
 INDEX = "index.json"
 RUN_GLOB = "gpufleet-*.json"
 
@@ -27,59 +33,57 @@ class StoreError(Exception):
     """The store cannot be read or written; the message says which file and why."""
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"{path} is not JSON: {exc}") from exc
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(f"cannot write {path}: {exc.strerror}") from exc
-
-
 def _entry(file: str, doc: Mapping[str, Any]) -> dict[str, Any]:
     return {"file": file, "generated_at": doc.get("generated_at") or "",
             "level": doc.get("level"), "hosts": summarize_run(doc)}
 
 
 class RunStore:
+    """A shared directory: anyone who can write it may have planted links or forged files, so
+    every file is read through the validation layer without following links, every write goes
+    through a fresh temp file, and an index entry names a run file inside the store, never a
+    path. A file that fails is left out with a note (`notes`), so one bad file never blocks
+    every later --save."""
+
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.notes: list[str] = []
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
+        lock = self.root / ".lock"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise StoreError(f"cannot use {self.root} as a run store: {exc.strerror}") from exc
+            why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+            raise StoreError(f"cannot use {self.root} as a run store: {lock}: {why}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
+    def _run_file(self, name: str) -> Path | None:
+        """The store's own regular file `name` (no separator, not a link), else None."""
+        path = self.root / name
+        if "/" in name or not fnmatch.fnmatchcase(name, RUN_GLOB) or path.is_symlink():
+            return None
+        return path if path.is_file() else None
+
     def entries(self) -> list[dict[str, Any]]:
         """Index entries, oldest first; [] for a store that does not exist yet."""
         if not self.root.is_dir():
             return []
         index = self.root / INDEX
-        if index.exists():
+        if index.exists() or index.is_symlink():
             try:
-                doc = _read_json(index)
-            except StoreError:
-                doc = None
-            if isinstance(doc, dict) and doc.get("schema") == STORE_SCHEMA:
-                runs = [r for r in doc.get("runs", []) if (self.root / r["file"]).exists()]
+                doc = read_checked(index, STORE_SCHEMA, "a gpufleet run store index",
+                                   follow=False)
+            except FileError as exc:
+                self.notes.append(f"{exc}; the index is rebuilt from the run files")
+            else:
+                runs = [r for r in doc["runs"] if self._run_file(r["file"]) is not None]
                 return sorted(runs, key=lambda r: (r["generated_at"], r["file"]))
         return self._scan()
 
@@ -87,30 +91,40 @@ class RunStore:
         runs = []
         for path in sorted(self.root.glob(RUN_GLOB)):
             try:
-                doc = _read_json(path)
-            except StoreError:
-                continue  # a half-copied or foreign file is not a run
-            if isinstance(doc, dict) and isinstance(doc.get("hosts"), dict):
-                runs.append(_entry(path.name, doc))
+                doc = read_checked(path, REPORT_SCHEMA, WHAT, follow=False)
+            except FileError as exc:
+                self.notes.append(f"{exc}; left out of the history")
+                continue  # a half-copied, foreign or forged file is not a run
+            runs.append(_entry(path.name, doc))
         return sorted(runs, key=lambda r: (r["generated_at"], r["file"]))
 
     def load(self, entry: Mapping[str, Any]) -> dict[str, Any]:
-        doc = _read_json(self.root / str(entry["file"]))
-        if not isinstance(doc, dict) or not isinstance(doc.get("hosts"), dict):
-            raise StoreError(f"{self.root / str(entry['file'])} is not a gpufleet JSON report")
+        path = self._run_file(str(entry.get("file")))
+        if path is None:
+            raise StoreError(f"{self.root}: index entry {inert(entry.get('file'))[:80]!r} is "
+                             "not a run file of this store")
+        try:
+            doc: dict[str, Any] = read_checked(path, REPORT_SCHEMA, WHAT, follow=False)
+        except FileError as exc:
+            raise StoreError(str(exc)) from exc
         return doc
 
     def save(self, doc: Mapping[str, Any]) -> Path:
         """Write the run as gpufleet-<UTC time>.json and add it to the index."""
-        stamp = str(doc.get("generated_at") or "undated").replace(":", "")
+        stamp = re.sub(r"[^A-Za-z0-9._+-]", "", str(doc.get("generated_at") or "undated"))
         with self._locked():
             runs = self.entries()
             name, n = f"gpufleet-{stamp}.json", 1
-            while (self.root / name).exists():
+            while os.path.lexists(self.root / name):  # a dangling link is taken too
                 name, n = f"gpufleet-{stamp}-{n}.json", n + 1
             path = self.root / name
-            _write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
             runs.append(_entry(name, doc))
-            index = {"schema": STORE_SCHEMA, "runs": runs}
-            _write_atomic(self.root / INDEX, json.dumps(index, separators=(",", ":")) + "\n")
+            index = {"schema": STORE_SCHEMA_ID, "runs": runs}
+            for target, text in (
+                    (path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n"),
+                    (self.root / INDEX, json.dumps(index, separators=(",", ":")) + "\n")):
+                try:
+                    write_atomic(target, text)
+                except OSError as exc:
+                    raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
         return path

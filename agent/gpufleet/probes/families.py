@@ -21,6 +21,7 @@ from gpufleet.probes import (
     processes,
     recovery,
     system,
+    tmpdir,
 )
 from gpufleet.probes import topology as topo
 from gpufleet.probes.sections import Family
@@ -47,6 +48,7 @@ FAMILIES: tuple[Family, ...] = (
     kernels.KERNELS,
     recovery.GPU_RECOVERY,
     ib.IB_LINKS,
+    tmpdir.TMPDIR,
 )
 
 # What collect() itself fills or reads, beside the families: the probe's frame and timing.

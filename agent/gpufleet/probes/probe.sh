@@ -1,7 +1,8 @@
 #!/bin/sh
 # gpufleet probe: every fact of one host in one round trip.
 # Run as `sh -s -- [tool_timeout=SECONDS] [image=REF]` with this text on stdin.
-# POSIX sh; needs only coreutils (timeout, mktemp, readlink, tail, date, uname, cat).
+# POSIX sh; needs only coreutils (timeout, mktemp, readlink, tail, date, uname, cat, df; awk for
+# the free space, which is left unknown without it).
 # Output: sections `==gpufleet== NAME rc=N`, the tool's stdout, and, when the tool wrote to
 # stderr, a `==gpufleet-stderr==` line followed by it. rc 127 = tool not found,
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
@@ -43,6 +44,29 @@ tmp=$(mktemp -d 2>/dev/null) || {
     }
 }
 trap 'rm -rf "$tmp"' EXIT
+# A full /tmp still makes directories (no data blocks) but no file content: every tool's output
+# would vanish and read as "absent". Say so (tmpdir section: the path and its free KiB) and go
+# on in the first directory that takes a write, so the facts are still read.
+tmp_base=${TMPDIR:-/tmp}
+tmp_free=$(df -Pk "$tmp_base" 2>/dev/null | awk 'NR == 2 { print $4 }')
+tmp_used=
+if ! { printf 'gpufleet-write-test\n' >"$tmp/w"; } 2>/dev/null || [ ! -s "$tmp/w" ]; then
+    tmp_used=none
+    for d in /dev/shm "$HOME"; do
+        t=$(mktemp -d -p "$d" 2>/dev/null) || continue
+        if { printf 'gpufleet-write-test\n' >"$t/w"; } 2>/dev/null && [ -s "$t/w" ]; then
+            rm -rf "$tmp"
+            tmp=$t tmp_used=$d
+            break
+        fi
+        rm -rf "$t"
+    done
+    if [ "$tmp_used" = none ]; then  # nothing could be read: an error, never "absent" facts
+        echo "gpufleet probe: no space for temporary files: $tmp_base has ${tmp_free:-?} KiB" \
+            "free (No space left on device), and neither /dev/shm nor \$HOME takes a write" >&2
+        exit 92
+    fi
+fi
 trap 'exit 143' TERM HUP INT
 
 # Kill a hung tool with TERM, then KILL 2 s later (-k), where this timeout supports it.
@@ -108,6 +132,8 @@ smi() {  # smi NAME ARGS...
 
 printf '==gpufleet== meta rc=0\nprobe_version=1\ntool_timeout=%s\ndate=%s\nimage=%s\n' \
     "$tool_timeout" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$image"
+printf '==gpufleet== tmpdir rc=0\npath=%s\nfree_kib=%s\nfallback=%s\n' \
+    "$tmp_base" "$tmp_free" "$tmp_used"
 
 if [ -r /etc/os-release ]; then
     section os_release cat /etc/os-release

@@ -23,6 +23,7 @@ from gpufleet.rules import (
     security,
     smoke,
     state,
+    tmpdir,
     wedged,
 )
 from gpufleet.rules import workspaces as workspace_rules
@@ -31,8 +32,8 @@ from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 
 __all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
-MODULES = (state, desired, drift, compat, security, hardware, faults, perf, smoke, links, nccl,
-           deep, workspace_rules, wedged, fabric)
+MODULES = (state, tmpdir, desired, drift, compat, security, hardware, faults, perf, smoke, links,
+           nccl, deep, workspace_rules, wedged, fabric)
 
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:

@@ -97,6 +97,13 @@ _RULES: tuple[RuleInfo, ...] = (
              meaning="A fact family could not be read (`Facts.errors`); facts from it are unknown."
                      " Info when the tool is missing (the rules that need the fact say what is "
                      "wrong); **warning** when it hung or timed out."),
+    RuleInfo("GF011", "error", "temporary directory full",
+             "free space in {path} on {host} (`df -h {path}`; remove stale files, or give the "
+             "probe and smoke another TMPDIR), then rerun `gpufleet check -l {host}`",
+             meaning="A file written in the host's temporary directory ($TMPDIR or /tmp) kept "
+                     "no content (no space left, ENOSPC): the probe went on in /dev/shm or "
+                     "$HOME where it could, and the smoke test, which needs ~1 MiB in /tmp, "
+                     "cannot run. Evidence: the path, its free bytes, where the probe went."),
     # ---------------------------------------------------------------- GF1xx desired state
     RuleInfo("GF101", "error", "driver version differs from nvidia_driver_version",
              _UPGRADE + " -e nvidia_driver_version={expected}",

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet import bandwidth as expect  # the busbw model (was gpufleet.expect)
-from gpufleet.model import Facts, HostSpec, SmokeResult, Topology
+from gpufleet.model import Facts, HostSpec, SmokeResult, Topology, fmt_bytes
 from gpufleet.probes.sections import STDERR_MARK, split_sections
 from gpufleet.smoke import bundle
 from gpufleet.smoke import transport as nccl_log
@@ -216,8 +216,14 @@ def run_multinode(
 _PREFLIGHT = r"""
 d=$(mktemp -d "/tmp/gpufleet-smoke.$1.XXXXXXXX") || exit 90
 printf '==gpufleet== rundir rc=0\n%s\n' "$d"
+w=0; { printf 'gpufleet-write-test\n' >"$d/.w"; } 2>/dev/null && [ -s "$d/.w" ] && w=1
+rm -f "$d/.w"
+printf '==gpufleet== rundir_space rc=0\nwritable=%s\nfree_kib=%s\n' "$w" \
+  "$(df -Pk "$d" 2>/dev/null | awk 'NR == 2 { print $4 }')"
 exit 0
 """
+# What a run writes in its directory besides the bundle: logs, progress and result files.
+RUN_DIR_SLACK = 1 << 20
 
 _CLEANUP = r"""
 d="$1"; id="$2"; name="$3"; label="$4"
@@ -276,6 +282,8 @@ def _preflight(h: HostRun) -> None:
                    f"{(res.stderr or res.stdout).strip()[-300:] or f'exit {res.rc}'}")
         return
     h.run_dir = sec["rundir"].strip()
+    if _no_room(h, sec.get("rundir_space", "")):
+        return
     smi_error = facts.errors.get("nvidia_smi", "")
     # No GPUs listed: none there (no nvidia-smi), or unknown (nvidia-smi failed or hung;
     # asking it again would only hang again).
@@ -295,6 +303,22 @@ def _preflight(h: HostRun) -> None:
         h.error = (f"{h.spec.name}: gpufleet_smoke_runtime is docker but pytorch_image is not set; "
                    "set pytorch_image (and pytorch_image_digest) or gpufleet_smoke_runtime=host")
     h.nccl = facts.nccl_config
+
+
+def _no_room(h: HostRun, space: str) -> bool:
+    """A run directory that takes no write (a full /tmp) is the host's error, said as such:
+    ENOSPC and where, not a launcher that "exited without a result" later."""
+    kv = dict(line.split("=", 1) for line in space.splitlines() if "=" in line)
+    free = kv.get("free_kib", "").strip()
+    free_b = int(free) * 1024 if free.isdigit() else None
+    need = len(bundle.build()) + RUN_DIR_SLACK
+    if kv.get("writable", "1").strip() != "0" and (free_b is None or free_b >= need):
+        return False
+    h.error = (f"cannot upload the smoke bundle to {h.run_dir} on {h.spec.name}: no space left "
+               f"on device (ENOSPC): /tmp has "
+               f"{'an unknown amount' if free_b is None else fmt_bytes(free_b)} free, the smoke "
+               f"needs ~{fmt_bytes(need)}")
+    return True
 
 
 def _expectation(h: HostRun, nproc: int) -> expect.LinkBound | None:

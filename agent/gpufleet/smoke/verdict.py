@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpufleet.model import RankInfo, SmokeCheck, SmokeResult, SmokeStatus
+from gpufleet.redact import number
 from gpufleet.rules.nccl import suspects
 from gpufleet.smoke.hostrun import LOG_TAIL_BYTES, HostRun
 from gpufleet.smoke.transport import GLOO, parse_nccl_init
@@ -377,6 +378,14 @@ def _suspect_check(c: SmokeCheck, world: Sequence[HostRun]) -> SmokeCheck:
                       data={**c.data, "suspect_settings": found})
 
 
+def _finite(raw: object, *, keys: bool = True) -> dict[str, float]:
+    """The finite numbers of a result.json mapping (`keys`: under integer keys only)."""
+    if not isinstance(raw, Mapping):
+        return {}
+    got = {str(k): number(v) for k, v in raw.items() if not keys or str(k).isdigit()}
+    return {k: v for k, v in got.items() if v is not None}
+
+
 def from_result(
     h: HostRun,
     *,
@@ -400,20 +409,18 @@ def from_result(
                        world)
         for c in result.get("checks", [])
     )  # fmt: skip
-    busbw = {int(k): float(v) for k, v in (result.get("busbw_gbps") or {}).items()
-             if v is not None}
+    # result.json is the host's: "inf", "nan" or a string is no measurement (issue 22 F3)
+    busbw = {int(k): v for k, v in _finite(result.get("busbw_gbps")).items()}
     if len(world) > 1:
         for c in checks:
             per_host = c.data.get("per_host_busbw_gbps", {}) if c.name == "busbw" else {}
             if h.spec.name in per_host:
-                busbw = {int(k): float(v) for k, v in per_host[h.spec.name].items()
-                         if v is not None}
+                busbw = {int(k): v for k, v in _finite(per_host[h.spec.name]).items()}
     mine = {r.rank: r.local_rank for r in ranks if r.host == h.spec.name}
-    tflops = {mine[int(k)]: float(v) for k, v in (result.get("matmul_tflops") or {}).items()
-              if v is not None and int(k) in mine}
-    for k, v in (result.get("timings_s") or {}).items():
-        if v is not None:
-            timings[str(k)] = round(float(v), 3)
+    tflops = {mine[int(k)]: v for k, v in _finite(result.get("matmul_tflops")).items()
+              if int(k) in mine}
+    for k, v in _finite(result.get("timings_s"), keys=False).items():
+        timings[k] = round(v, 3)
     here = [r for r in result.get("ranks", []) if r.get("host") == h.spec.name]
     status: SmokeStatus = "pass" if result.get("status") == "pass" else "fail"
     error = None

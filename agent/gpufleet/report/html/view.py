@@ -6,13 +6,13 @@ reads this as JSON (never as HTML); the template shows the summary and the findi
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from gpufleet.model import SEVERITY_ORDER, cohort_label, gpu_model, topology_signature
+from gpufleet.redact import number
 from gpufleet.report.common import family_of, host_worst, summary_line, versions
 from gpufleet.report.wording import row_message
 from gpufleet.rules import FAMILIES, RULES
@@ -29,12 +29,9 @@ def _curve(raw: Any) -> list[list[float]] | None:
         return None
     points: list[list[float]] = []
     for size, value in raw.items():
-        try:
-            point = [int(size), float(value)]
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(point[1]):
-            points.append(point)
+        got = number(value)  # host data: a string, an overflowing int or NaN is no point
+        if got is not None and str(size).isdigit():
+            points.append([int(size), got])
     return sorted(points) or None
 
 
@@ -66,9 +63,9 @@ def _expected(hdoc: Mapping[str, Any], findings: list[Mapping[str, Any]]) -> dic
         if out["curve"] is None:
             out["curve"] = _curve(src.get(EXPECTED_KEY))
         if out["value"] is None and isinstance(src.get(EXPECTED_KEY), (int, float)):
-            out["value"] = float(src[EXPECTED_KEY])
+            out["value"] = number(src[EXPECTED_KEY])
         if out["floor"] is None and isinstance(src.get("floor_gbps"), (int, float)):
-            out["floor"] = float(src["floor_gbps"])
+            out["floor"] = number(src["floor_gbps"])
     return out
 
 
