@@ -7,9 +7,11 @@ nvidia-container-toolkit.list, docker.sources), each with its own Signed-By keyr
 
 from __future__ import annotations
 
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import roletarget as tg
 import tomllib
@@ -22,40 +24,93 @@ class Deb:
     name: str
     version: str
     arch: str
+    src: str = ""
     depends: str = ""
     conflicts: str = ""
+    replaces: str = ""
     files: tuple[tuple[str, str], ...] = ()
 
 
-def _fill(text: str, branch: str, version: str) -> str:
-    return text.replace("{u}", f"{version}-0ubuntu1").replace("{v}", version).replace("{b}", branch)
+# The facts a package entry can state; each one it states needs a `cite` key (version always:
+# the default "{u}" is a claim too).
+FACTS = ("name", "version", "src", "depends", "conflicts", "files", "arch")
+SOURCE_FORMS = re.compile(
+    r"^(https://\S+|[\w.-]+/[\w.-]+@[0-9a-f]{7,40}:\S+|capture: |inferred: |issue \d+ )"
+)
 
 
-def expand(graph: dict[str, object], arch: str) -> tuple[list[Deb], list[Deb]]:
+def load(name: str) -> dict[str, Any]:
+    return tomllib.loads((GRAPHS / f"{name}.toml").read_text())
+
+
+def unsourced(graph: dict[str, Any]) -> list[str]:
+    """Every stated fact without a source, and every source that is none of the accepted forms."""
+    sources: dict[str, str] = graph["sources"]
+    bad = [f"[sources] {k}: {v[:60]!r} is not a URL, repo@commit:path, capture: or inferred:"
+           for k, v in sources.items() if not SOURCE_FORMS.match(v)]
+    for spec in [*graph["package"], *graph["docker"]]:
+        cite: dict[str, str] = spec.get("cite", {})
+        stated = {"name", "version"} | {f for f in FACTS if f in spec}
+        if spec.get("replaces_580"):
+            stated.add("conflicts")
+        for fact in sorted(stated):
+            if cite.get(fact) not in sources:
+                bad.append(f"{spec['name']}: {fact} has no source (cite.{fact}={cite.get(fact)!r})")
+    return bad
+
+
+def sourced(graph: dict[str, Any], name: str, *facts: str) -> bool:
+    """Whether every named fact of the package whose name template expands to `name` rests on
+    more than an inference (a test asserts on a package only when this holds)."""
+    for spec in [*graph["package"], *graph["docker"]]:
+        pattern = re.escape(spec["name"]).replace(r"\{s\}", "(-\\d+)?").replace(
+            r"\{b\}", "\\d+").replace(r"\{v\}", "[0-9.]+")
+        if re.fullmatch(pattern, name):
+            cite = spec.get("cite", {})
+            return all(not graph["sources"][cite[f]].startswith("inferred:") for f in facts)
+    raise KeyError(f"{name} is not in the graph")
+
+
+def _revision(graph: dict[str, Any], version: str) -> str:
+    return f"{version}-{graph.get('revision', {}).get(version, '0ubuntu1')}"
+
+
+def expand(graph: dict[str, Any], arch: str) -> tuple[list[Deb], list[Deb]]:
     """The driver repository's and Docker's packages, every template expanded per branch/version."""
-    driver: dict[str, list[str]] = graph["driver"]  # type: ignore[assignment]
+    driver: dict[str, list[str]] = graph["driver"]
+    pins = set(graph.get("pinning", {}).get("versions", []))
     cuda: list[Deb] = []
-    for spec in graph["package"]:  # type: ignore[attr-defined]
+    for spec in graph["package"]:
         pairs = [
             (b, v)
             for b in spec["branches"]
             for v in (driver[b][-1:] if spec.get("latest_only") else driver[b])
-        ] or [("", spec.get("version", ""))]
+            if not spec.get("pinning_only") or v in pins
+        ] or ([] if spec["branches"] else [("", "")])
         for b, v in pairs:
-            fill = lambda t, b=b, v=v: _fill(t, b, v)  # noqa: E731
+            s = f"-{b}" if b and int(b) < 590 else ""
+
+            def fill(t: str, b: str = b, v: str = v, s: str = s) -> str:
+                return (t.replace("{u}", _revision(graph, v)).replace("{v}", v)
+                        .replace("{b}", b).replace("{s}", s))
+
+            old = fill(spec["name"], s="-580") if spec.get("replaces_580") and s == "" else ""
             cuda.append(
                 Deb(
                     name=fill(spec["name"]),
                     version=fill(spec.get("version", "{u}")),
                     arch=spec.get("arch", arch),
+                    src=fill(spec.get("src", "")),
                     depends=fill(spec.get("depends", "")),
-                    conflicts=fill(spec.get("conflicts", "")),
+                    conflicts=old,
+                    replaces=old,
                     files=tuple((fill(k), fill(c)) for k, c in spec.get("files", {}).items()),
                 )
             )
     docker = [
-        Deb(name=d["name"], version=d["version"], arch=arch, depends=d.get("depends", ""))
-        for d in graph["docker"]  # type: ignore[attr-defined]
+        Deb(name=d["name"], version=d["version"], arch=arch, depends=d.get("depends", ""),
+            conflicts=d.get("conflicts", ""))
+        for d in graph["docker"]
     ]
     return cuda, docker
 
@@ -63,8 +118,10 @@ def expand(graph: dict[str, object], arch: str) -> tuple[list[Deb], list[Deb]]:
 def build_deb(deb: Deb, outdir: Path) -> Path:
     tree = outdir / f"tree-{deb.name}-{deb.version.replace(':', '_')}"
     (tree / "DEBIAN").mkdir(parents=True)
-    control = [
-        f"Package: {deb.name}",
+    control = [f"Package: {deb.name}"]
+    if deb.src and deb.src != deb.name:
+        control.append(f"Source: {deb.src}")
+    control += [
         f"Version: {deb.version}",
         f"Architecture: {deb.arch}",
         "Maintainer: gpufleet tests <tests@gpufleet.invalid>",
@@ -74,7 +131,9 @@ def build_deb(deb: Deb, outdir: Path) -> Path:
     if deb.depends:
         control.append(f"Depends: {deb.depends}")
     if deb.conflicts:
-        control += [f"Conflicts: {deb.conflicts}", f"Replaces: {deb.conflicts}"]
+        control.append(f"Conflicts: {deb.conflicts}")
+    if deb.replaces:
+        control.append(f"Replaces: {deb.replaces}")
     control += [
         f"Description: gpufleet test stand-in for {deb.name}",
         " Package graph only; see tests/ansible/graphs/ for where each fact comes from.",
@@ -120,7 +179,7 @@ def build(
     """Under the toolkit mirror's root (same server, same key): cuda/ (flat, NVIDIA's layout) and
     docker/ (dists/<codename>/stable, Docker's layout)."""
     arch = tg.run(["dpkg", "--print-architecture"]).stdout.strip()
-    graph = tomllib.loads((GRAPHS / f"{graph_name}.toml").read_text())
+    graph = load(graph_name)
     cuda, docker = expand(graph, arch)
     debs: dict[str, Path] = {}
     flat = root / "cuda"

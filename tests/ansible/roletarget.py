@@ -221,8 +221,16 @@ def _build_debs(pool: Path, version: str) -> None:
     arch = run(["dpkg", "--print-architecture"]).stdout.strip()
     libdir = f"usr/lib/{run(['dpkg-architecture', '-qDEB_HOST_MULTIARCH']).stdout.strip()}"
     v = f"{version}-1"
-    # Dependencies mirror NVIDIA's: toolkit needs base at the same version but tools at ">=", so an
-    # unpinned install would drift; the role must pin all four.
+    # Dependencies mirror NVIDIA's packaging/debian/control: toolkit needs base at the same version;
+    # tools at ">=" up to 1.17.x (NVIDIA/nvidia-container-toolkit@f202b80a9b, tag v1.17.8), at "="
+    # from 1.18 (@09ceee5dde, tag v1.19.1; both as read in reviews/roles-2026-12-01.md G14), so an
+    # unpinned 1.17 install would drift; the role pins all four. Files: the hook and the runtime in
+    # nvidia-container-toolkit (@3809407:packaging/debian/nvidia-container-toolkit.install).
+    tools = (
+        f"libnvidia-container-tools (= {v})"
+        if tuple(int(x) for x in version.split(".")) >= (1, 18)
+        else f"libnvidia-container-tools (>= {v})"
+    )
     specs = {
         "libnvidia-container1": ("", {f"{libdir}/libnvidia-container.so.{version}": "stand-in\n"}),
         "libnvidia-container-tools": (
@@ -234,9 +242,11 @@ def _build_debs(pool: Path, version: str) -> None:
             {"usr/bin/nvidia-ctk": None} | _refresh_units(version),
         ),
         "nvidia-container-toolkit": (
-            f"nvidia-container-toolkit-base (= {v}), libnvidia-container-tools (>= {v}), "
-            "libnvidia-container-tools (<< 2.0.0)",
-            {"usr/bin/nvidia-container-runtime": "#!/bin/sh\necho stand-in\n"},
+            f"nvidia-container-toolkit-base (= {v}), {tools}, libnvidia-container-tools (<< 2.0.0)",
+            {
+                "usr/bin/nvidia-container-runtime": "#!/bin/sh\necho stand-in\n",
+                "usr/bin/nvidia-container-runtime-hook": "#!/bin/sh\necho stand-in\n",
+            },
         ),
     }
     ctk = (HERE / "standin" / "nvidia-ctk").read_text().replace("@VERSION@", version)

@@ -45,7 +45,11 @@ CASES: dict[str, tuple[list[Device], str]] = {
     "h100-proprietary": ([("0x10de", H100, GPU_CLASS, None)], "proprietary"),
     "b200-proprietary": ([("0x10de", B200, GPU_CLASS, None)], "proprietary"),
     "gh200-proprietary": ([("0x10de", GH200, GPU_CLASS, None)], "proprietary"),
+    # Issue 23 M5: 580 is the last branch for Maxwell, Pascal and Volta.
+    "v100-590": ([("0x10de", V100, GPU_CLASS, None)], "auto"),
+    "h100-590": ([("0x10de", H100, GPU_CLASS, None)], "auto"),
 }
+BRANCH = {"v100-590": "590", "h100-590": "590"}
 
 
 def _sysfs(root: Path, devices: list[Device]) -> Path:
@@ -70,6 +74,7 @@ def detected(tmp_path_factory: pytest.TempPathFactory) -> tuple[PlayResult, dict
             "ansible_connection": "local",
             "render_sysfs": str(_sysfs(tmp / case, devices)),
             "nvidia_driver_kernel_modules": modules,
+            "nvidia_driver_branch": BRANCH.get(case, "580"),
             "render_out": str(tmp / f"{case}.json"),
         }
         for case, (devices, modules) in CASES.items()
@@ -125,6 +130,16 @@ def test_proprietary_modules_are_refused_on_blackwell_and_grace_hopper(
     res, decided = detected
     assert res.host(case)["failed"] == 1 and case not in decided, res.tail()
     assert f"does not support on Blackwell or Grace Hopper GPUs (device id(s) {gpu})" in res.flat
+
+
+def test_590_is_refused_on_pre_turing_gpus(detected: tuple[PlayResult, dict[str, object]]) -> None:
+    """Issue 23 M5: the role used to install 590 on a V100, which that driver never binds."""
+    res, decided = detected
+    assert res.host("v100-590")["failed"] == 1 and "v100-590" not in decided, res.tail()
+    assert ("Driver branch 590 does not support the pre-Turing GPU(s) on this host (device id(s) "
+            f"{V100})") in res.flat, res.tail()
+    assert res.host("h100-590")["failed"] == 0, res.tail()
+    assert decided["h100-590"] == {"flavor": "open", "fm": False, "nvlsm": False}
 
 
 PLATFORM = Path(__file__).parent / "playbooks" / "render_platform.yml"
@@ -188,7 +203,9 @@ RHEL_REMOVES = ["podman", "runc"]
             "open",
             {"nvidia_driver_branch": "590", "nvidia_driver_version": "590.44.01"},
             {
-                "driver": ["nvidia-open"],
+                # Issue 23 H1: NVIDIA's compute-only set is the default.
+                "driver": ["libnvidia-compute", "nvidia-dkms-open", "nvidia-utils",
+                           "nvidia-compute-utils"],
                 "fabricmanager": ["nvidia-fabricmanager"],
                 "pinning": "nvidia-driver-pinning-590.44.01",
                 "docker_repo": DOCKER + "ubuntu",
@@ -197,7 +214,7 @@ RHEL_REMOVES = ["podman", "runc"]
         (
             UBUNTU2204,
             "proprietary",
-            {"nvidia_driver_branch": "575"},
+            {"nvidia_driver_branch": "575", "nvidia_driver_package_set": "full"},
             {
                 "driver": ["cuda-drivers-575"],
                 "fabricmanager": ["nvidia-fabricmanager-575"],

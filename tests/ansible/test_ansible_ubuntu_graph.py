@@ -5,8 +5,11 @@ A second debootstrap target with an Ubuntu 24.04 identity (/etc/os-release; apt 
 (tests/ansible/graphs/ubuntu2404.toml: names, versions, Depends with >=, Conflicts, pinning
 packages) and the sources a host set up the documented way already has (cuda-keyring's list,
 nvidia-container-toolkit.list, docker.sources, each with its own Signed-By). Then: --check on the
-new host, converge at 580.A, and upgrade_driver.yml to 580.B and to 590 with exact versions, holds
-and the fabric manager checked.
+new host, converge the full driver at 580.A (its closure holds NVIDIA's EGL platform libraries at
+versions of their own), a busy host refused before anything changes, upgrade_driver.yml to 580.B
+(revision -1ubuntu1, expectations refreshed), to 580.N that has no pinning package (the role writes
+the pin itself), and to 590 with the compute-only set; exact versions, holds and the fabric manager
+checked. Every package an assertion names is one whose asserted facts are sourced in the graph.
 """
 
 from __future__ import annotations
@@ -21,15 +24,21 @@ from pathlib import Path
 import pkggraph
 import pytest
 import roletarget as tg
+import yaml
 
 from conftest import PlayResult, _write_inventory, run_playbook
+from harness.processes import stop_pid
 
 pytestmark = [pytest.mark.ansible, pytest.mark.slow]
 
 SITE = "playbooks/site.yml"
 UPGRADE = "playbooks/upgrade_driver.yml"
 TAGS = ("--tags", "nvidia_driver,container_runtime,nvidia_container_toolkit")
-A, B, C = "580.65.06", "580.95.05", "590.44.01"
+GRAPH = pkggraph.load("ubuntu2404")
+# A and B have version pinning packages (from 580.105.08 on); N has none; B carries -1ubuntu1.
+A, B, N, C = "580.105.08", "580.126.09", "580.95.05", "590.44.01"
+EGL = {"libnvidia-egl-wayland1": "1:1.1.20-1ubuntu1", "libnvidia-egl-gbm1": "1.1.2.1-1ubuntu1",
+       "libnvidia-egl-xcb1": "1.0.3-1ubuntu1", "libnvidia-egl-xlib1": "1.0.3-1ubuntu1"}
 
 
 @dataclass
@@ -57,6 +66,7 @@ class GraphLab:
             "nvidia_driver_branch": "580",
             "nvidia_driver_version": A,
             "nvidia_driver_kernel_modules": "open",
+            "nvidia_driver_package_set": "full",
             "nvidia_driver_fabricmanager": "enabled",
             "nvidia_driver_kernel_headers_required": False,
             "nvidia_driver_kernel_headers_install": False,
@@ -154,18 +164,20 @@ def converged(graph_lab: GraphLab) -> PlayResult:
     return graph_lab.play(SITE, "converge-580a", *TAGS)
 
 
+def _want(version: str, names: list[str]) -> dict[str, str]:
+    """name -> version NVIDIA's repo gives it, for packages whose name and version are sourced."""
+    for name in names:
+        assert pkggraph.sourced(GRAPH, name, "name", "version"), f"{name}: an inferred fact"
+    fm = {"nvidia-fabricmanager": f"{version}-1"}
+    return {n: fm.get(n, pkggraph._revision(GRAPH, version)) for n in names}
+
+
+FULL_580 = ["nvidia-open-580", "nvidia-driver-580-open", "libnvidia-compute-580",
+            "libnvidia-gl-580", "nvidia-utils-580", "nvidia-dkms-580-open", "nvidia-fabricmanager"]
+
+
 def _driver_580(version: str) -> dict[str, str]:
-    v = f"{version}-0ubuntu1"
-    names = [
-        "nvidia-open-580",
-        "nvidia-driver-580-open",
-        "libnvidia-compute-580",
-        "nvidia-utils-580",
-        "nvidia-compute-utils-580",
-        "nvidia-dkms-580-open",
-        "nvidia-fabricmanager",
-    ]
-    return {n: v for n in names}
+    return _want(version, FULL_580)
 
 
 def test_converge_reuses_the_documented_sources(converged: PlayResult, graph_lab: GraphLab) -> None:
@@ -175,17 +187,24 @@ def test_converge_reuses_the_documented_sources(converged: PlayResult, graph_lab
     lists = graph_lab.target.root / "etc/apt/sources.list.d"
     assert sorted(p.name for p in lists.iterdir() if p.name.startswith("gpufleet-")) == []
     graph_lab.target.chroot("apt-get", "-qq", "update")
-    assert graph_lab.dpkg()["docker-ce"] == "5:28.5.1-1~ubuntu.24.04~noble"
+    assert graph_lab.dpkg()["docker-ce"] == "5:29.6.1-1~ubuntu.24.04~noble"
+    assert graph_lab.dpkg()["containerd.io"] == "2.2.6-1~ubuntu.24.04~noble"
 
 
 def test_exact_version_pins_every_driver_package(
     converged: PlayResult, graph_lab: GraphLab
 ) -> None:
-    """Defect 4: the pinning package holds every dependency at the requested version."""
+    """Defect 4 and H1: the pinning package holds the driver's packages at the requested version;
+    the EGL platform libraries the full driver pulls in keep their own versions, and the role's
+    version check (only packages built from the driver's source) accepts that."""
     assert converged.rc == 0, converged.tail()
     have = graph_lab.dpkg()
     assert {n: have.get(n) for n in _driver_580(A)} == _driver_580(A)
-    assert have.get(f"nvidia-driver-pinning-{A}") == f"{A}-1ubuntu1"
+    for name in EGL:
+        assert pkggraph.sourced(GRAPH, name, "version")
+    assert {n: have.get(n) for n in EGL} == EGL
+    assert have.get(f"nvidia-driver-pinning-{A}") == f"{A}-1"
+    assert (graph_lab.target.root / "etc/apt/preferences.d/nvidia-driver-pin").exists()
 
 
 def test_holds_only_what_the_role_installed(converged: PlayResult, graph_lab: GraphLab) -> None:
@@ -217,38 +236,97 @@ def test_toolkit_refreshes_cdi_itself(converged: PlayResult, graph_lab: GraphLab
     assert "SKIPPED enabling nvidia-cdi-refresh.path" in converged.flat, converged.tail()
 
 
+def test_a_busy_host_is_refused_before_any_package_changes(
+    converged: PlayResult, graph_lab: GraphLab
+) -> None:
+    """H3: GPU work runs and reboots are not allowed (site.yml): the version change is refused up
+    front, not after the new userspace met the old kernel module."""
+    assert converged.rc == 0, converged.tail()
+    gpu = tg.start_gpu_process(graph_lab.target)
+    try:
+        res = graph_lab.play(SITE, "busy-580b", *TAGS, nvidia_driver_version=B)
+    finally:
+        stop_pid(gpu)
+    assert res.rc != 0 and res.host()["failed"] == 1, res.tail()
+    assert "Refused before installing: " in res.flat, res.tail()
+    assert f"GPU processes: {gpu.pid} sleep" in res.flat, res.tail()
+    assert 'fail with "Driver/library version mismatch"' in res.flat, res.tail()
+    have = graph_lab.dpkg()
+    assert {n: have.get(n) for n in _driver_580(A)} == _driver_580(A)
+    assert f"nvidia-driver-pinning-{B}" not in have
+
+
 def test_upgrade_within_the_branch_moves_every_held_package(
     converged: PlayResult, graph_lab: GraphLab
 ) -> None:
-    """Defect 3: 580.A -> 580.B through upgrade_driver.yml, with the dependencies held."""
+    """Defect 3 and H6: 580.A -> 580.B (a -1ubuntu1 revision) through upgrade_driver.yml, with the
+    dependencies held, and the health check's expectations follow the new version."""
     assert converged.rc == 0, converged.tail()
+    expect = graph_lab.target.root / "etc/gpufleet/expect.yml"
+    expect.parent.mkdir(parents=True, exist_ok=True)
+    expect.write_text(f"nvidia_driver_version: {A}\n")
     res = graph_lab.play(UPGRADE, "upgrade-580b", nvidia_driver_version=B)
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     have = graph_lab.dpkg()
     assert {n: have.get(n) for n in _driver_580(B)} == _driver_580(B)
+    assert _driver_580(B)["libnvidia-compute-580"] == f"{B}-1ubuntu1"
     assert f"nvidia-driver-pinning-{A}" not in have
+    assert have[f"nvidia-driver-pinning-{B}"] == f"{B}-1"
     assert set(_driver_580(B)) <= graph_lab.holds()
+    assert yaml.safe_load(expect.read_text())["nvidia_driver_version"] == B
+
+
+def test_a_version_without_pinning_package_gets_the_equivalent_pin(
+    converged: PlayResult, graph_lab: GraphLab
+) -> None:
+    """M18: NVIDIA has no pinning package for 580.N: the role writes the pin itself (a downgrade
+    here, which the pin's priority 1000 allows) instead of failing on a missing package."""
+    assert converged.rc == 0, converged.tail()
+    res = graph_lab.play(UPGRADE, "upgrade-580n", nvidia_driver_version=N)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert f"NO PINNING PACKAGE nvidia-driver-pinning-{N}" in res.flat, res.tail()
+    have = graph_lab.dpkg()
+    assert {n: have.get(n) for n in _driver_580(N)} == _driver_580(N)
+    assert not [n for n in have if n.startswith("nvidia-driver-pinning-")], have
+    pin = graph_lab.target.root / "etc/apt/preferences.d/gpufleet-nvidia-driver-pin"
+    assert f"Pin: version {N}-*" in pin.read_text().splitlines()
 
 
 def test_upgrade_to_590_renames_the_packages(converged: PlayResult, graph_lab: GraphLab) -> None:
-    """Defect 8: 590 drops the branch from the names; the 580 packages go, FM follows exactly."""
+    """Defect 8: 590 drops the branch from the names; FM follows exactly; the role's own pin gives
+    way to the pinning package."""
     assert converged.rc == 0, converged.tail()
-    res = graph_lab.play(
-        UPGRADE, "upgrade-590", nvidia_driver_version=C, nvidia_driver_branch="590"
-    )
+    res = graph_lab.play(UPGRADE, "upgrade-590", nvidia_driver_version=C,
+                         nvidia_driver_branch="590")
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     have = graph_lab.dpkg()
-    v = f"{C}-0ubuntu1"
-    want = [
-        "nvidia-open",
-        "nvidia-driver-open",
-        "libnvidia-compute",
-        "nvidia-utils",
-        "nvidia-compute-utils",
-        "nvidia-dkms-open",
-        "nvidia-fabricmanager",
-    ]
-    assert {n: have.get(n) for n in want} == dict.fromkeys(want, v)
-    assert not [n for n in have if n.endswith("-580") or "-580-" in n], have
+    want = _want(C, ["nvidia-open", "nvidia-driver-open", "libnvidia-compute", "libnvidia-gl",
+                     "nvidia-utils", "nvidia-dkms-open", "nvidia-fabricmanager"])
+    assert {n: have.get(n) for n in want} == want
+    assert have[f"nvidia-driver-pinning-{C}"] == f"{C}-1"
+    assert not (graph_lab.target.root / "etc/apt/preferences.d/gpufleet-nvidia-driver-pin").exists()
     holds = graph_lab.holds()
     assert set(want) <= holds and "nvidia-system-core" not in holds, holds
+
+
+def test_compute_only_is_the_default_and_installs_no_desktop_stack(
+    converged: PlayResult, graph_lab: GraphLab
+) -> None:
+    """H1: NVIDIA's compute-only ("headless") set, the default, on a host without a driver: no
+    GL/EGL/X packages, every driver package at the requested version."""
+    assert converged.rc == 0, converged.tail()
+    graph_lab.target.chroot("sh", "-c", "apt-get -qq -y --allow-change-held-packages purge "
+                            "$(dpkg-query -W -f='${Package}\\n' 'nvidia-*' 'libnvidia-*' "
+                            "'xserver-xorg-video-nvidia*' | grep -v '^nvidia-system-core$')")
+    (graph_lab.target.root / "var/lib/gpufleet/nvidia-driver-held").unlink(missing_ok=True)
+    extra = {k: v for k, v in graph_lab.vars().items() if k != "nvidia_driver_package_set"}
+    extra |= {"nvidia_driver_version": C, "nvidia_driver_branch": "590"}
+    res = run_playbook(Path(__file__).resolve().parents[2] / SITE, graph_lab.inventory,
+                       graph_lab.logdir, "compute-590", "--tags", "nvidia_driver", extra_vars=extra)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    have = graph_lab.dpkg()
+    want = _want(C, ["libnvidia-compute", "nvidia-dkms-open", "nvidia-utils",
+                     "nvidia-compute-utils", "nvidia-fabricmanager"])
+    assert {n: have.get(n) for n in want} == want
+    desktop = [n for n in have if n.startswith(("libnvidia-gl", "libnvidia-egl", "xserver-xorg"))]
+    assert desktop == [] and "nvidia-open" not in have, desktop

@@ -58,6 +58,23 @@ def test_daemon_json_is_merged_and_the_running_dockerd_reloads_it(
     assert info["LiveRestoreEnabled"] is True
 
 
+def test_a_dockerd_older_than_the_nvidia_hook_is_named_before_any_container_starts(
+    converged: PlayResult, docker_lab: DockerLab
+) -> None:
+    """H2: dockerd registers --gpus only at start, if nvidia-container-runtime-hook is on PATH then;
+    the lab's engine started before the toolkit was installed. The engine's handlers run at the end
+    of nvidia_container_toolkit, before pytorch_image (and pytorch_workspace) start containers, and
+    without systemd the needed restart is named instead of a SIGHUP passing for it."""
+    assert converged.rc == 0, converged.tail()
+    assert docker_lab.engine is not None
+    named = (f"RESTART NEEDED: dockerd (pid {docker_lab.engine.pid}) started before "
+             "/usr/bin/nvidia-container-runtime-hook was installed")
+    assert named in converged.flat, converged.tail()
+    out = converged.output
+    handler = out.index("RUNNING HANDLER [gpufleet.gpu.container_runtime : Reload dockerd")
+    assert handler < out.index("TASK [gpufleet.gpu.pytorch_image"), converged.tail()
+
+
 def test_second_run_changes_nothing(converged: PlayResult, image_target: ImageTarget) -> None:
     assert converged.rc == 0, converged.tail()
     again = image_target.play(SITE, "idempotence", "--tags", IMAGE_TAGS,
@@ -80,6 +97,19 @@ def test_a_tag_pointing_to_another_digest_is_refused(
             f"pytorch_image_digest is {docker_lab.digest}") in res.flat, res.tail()
     assert "Pull the image by digest" not in res.output
     assert res.host()["changed"] == 0
+
+
+def test_a_loopback_http_registry_needs_no_insecure_flag(
+    converged: PlayResult, image_target: ImageTarget, docker_lab: DockerLab
+) -> None:
+    """Issue 23: with pytorch_image_registry_insecure false the role said "could not ask the
+    registry ... (no such manifest ...)" for a plain-HTTP registry on 127.0.0.1, whose manifest
+    exists. dockerd treats 127.0.0.0/8 as insecure; the role now does too."""
+    assert converged.rc == 0, converged.tail()
+    extra = image_target.host_vars() | {"pytorch_image_registry_insecure": False}
+    res = image_target.play(SITE, "http-registry", "--tags", "pytorch_image", extra_vars=extra)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert f"{docker_lab.ref} points to {docker_lab.digest} in the registry" in res.flat, res.tail()
 
 
 def test_pulls_locally_where_the_controller_is_the_docker_host(

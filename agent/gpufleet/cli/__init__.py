@@ -1,7 +1,8 @@
 """Command line: the only place that prints the final report or exits.
 
 stdout carries the report, stderr progress and diagnostics. Exit codes: 0 healthy, 1 findings at or
-above --fail-on (facts: a host not ok), 2 usage or inventory error, 130 interrupted.
+above --fail-on (facts: a host not ok), 2 usage or inventory error, 3 internal error (a crash),
+130 interrupted.
 The commands live by group in sweep.py, saved.py and engines.py; their shared options in
 options.py; output and saved reports in output.py; judging in gpufleet.report.pipeline.
 """
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from gpufleet import __version__
 from gpufleet.cli import engines, saved, sweep
 from gpufleet.cli.options import (
+    EXIT_CRASH,
     EXIT_FINDINGS,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -23,7 +26,7 @@ from gpufleet.cli.options import (
 )
 from gpufleet.transport import interrupt_all
 
-__all__ = ["EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError",
+__all__ = ["EXIT_CRASH", "EXIT_FINDINGS", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "UsageError",
            "build_parser", "main"]
 
 
@@ -56,4 +59,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         interrupt_all()  # running commands are killed on their hosts before we exit
         print("gpufleet: interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
+    except Exception as exc:  # the one boundary where a bug becomes an exit code
+        traceback.print_exc(file=sys.stderr)
+        print(f"gpufleet: internal error ({type(exc).__name__}: {exc}); nothing was judged",
+              file=sys.stderr)
+        code = EXIT_CRASH
     sys.exit(code)

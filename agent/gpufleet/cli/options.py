@@ -15,6 +15,9 @@ from gpufleet.model import SEVERITIES
 from gpufleet.report import Format
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# An uncaught exception would exit 1, the findings code: a Prolog wrapper that treats 1 as "findings
+# handled, node drained" would let a job start on a node nobody checked (issue 22 F12).
+EXIT_CRASH = 3
 FORMATS: tuple[str, ...] = tuple(f.value for f in Format)
 TEXT_OR_JSON = (Format.table.value, Format.json.value)  # commands with their own two views
 
