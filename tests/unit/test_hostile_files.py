@@ -321,8 +321,9 @@ def test_f7_check_save_keeps_the_run_when_rendering_fails(
     def broken(*_: Any, **__: Any) -> None:
         raise RuntimeError("a renderer bug")
     monkeypatch.setattr(output.Output, "render", broken)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(SystemExit) as info:  # a crash is exit 3 (EXIT_CRASH), never a pass
         main(["check", "--level", "facts", "--save", str(tmp_path / "runs")])
+    assert info.value.code == 3
     assert len(RunStore(tmp_path / "runs").entries()) == 1  # ef054d5: saved after render
 
 
