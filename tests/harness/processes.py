@@ -82,6 +82,20 @@ def stop_trees(procs: Sequence[subprocess.Popen[bytes]], grace: float) -> None:
     for pid in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    # SIGKILL is delivered when the process is next scheduled: on a loaded machine it can still
+    # run (and hold its port) for a while. Return only once every victim has exited (a zombie
+    # waiting for its reaper counts as gone), or after 5 s.
+    deadline = time.monotonic() + 5.0
+    while any(_alive(p) for p in victims) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def owner_alive(mark: Path) -> bool:
