@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import pwd
 import shlex
@@ -160,6 +161,16 @@ class Fleet:
     def run_cli(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """`python -m gpufleet ARGS` with the interpreter running the tests."""
         return self.run([sys.executable, "-m", "gpufleet", *args], timeout=timeout)
+
+    def check_json(self, *args: str, level: str = "facts", rc: tuple[int, ...] = (1,),
+                   timeout: float = 300.0) -> dict[str, Any]:
+        """`gpufleet check -i INVENTORY --level LEVEL --format json ARGS`, its exit code asserted
+        to be one of RC (stderr in the message), its JSON report returned."""
+        r = self.run_cli("check", "-i", str(self.inventory), "--level", level, "--format", "json",
+                         *args, timeout=timeout)
+        assert r.returncode in rc, f"exit {r.returncode}; stderr:\n{r.stderr[-3000:]}"
+        doc: dict[str, Any] = json.loads(r.stdout)
+        return doc
 
     def ssh_argv(self, name: str, *remote: str) -> list[str]:
         """Plain OpenSSH argv for one host, strict host key checking against the fleet's file."""

@@ -72,11 +72,7 @@ def check_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 @pytest.fixture(scope="module")
 def report(check_fleet: Fleet) -> dict[str, Any]:
-    r = check_fleet.run_cli("check", "-i", str(check_fleet.inventory), "--level", "facts",
-                            "--format", "json", "-f", "16", timeout=300)
-    assert r.returncode == 1, f"exit {r.returncode}; stderr:\n{r.stderr}"
-    doc: dict[str, Any] = json.loads(r.stdout)
-    return doc
+    return check_fleet.check_json("-f", "16")
 
 
 def _above_info(doc: dict[str, Any]) -> dict[str, set[str]]:

@@ -6,7 +6,6 @@ environment's settings arrive as facts."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,11 +40,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
 
 
 def _check(fleet: Fleet) -> dict[str, Any]:
-    r = fleet.run_cli("check", "-i", str(fleet.inventory), "--level", "facts", "--format",
-                      "json", timeout=300)
-    assert r.returncode in (0, 1), f"exit {r.returncode}; stderr:\n{r.stderr}"
-    doc: dict[str, Any] = json.loads(r.stdout)
-    return doc
+    return fleet.check_json(rc=(0, 1))
 
 
 def test_only_the_injected_configuration_and_link_faults_are_named(

@@ -4,7 +4,6 @@ get none. The same run's Prometheus output feeds the shipped alert rules (test_m
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -64,11 +63,7 @@ def security_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
 
 @pytest.fixture(scope="module")
 def report(security_fleet: Fleet) -> dict[str, Any]:
-    r = security_fleet.run_cli("check", "-i", str(security_fleet.inventory), "--level", "facts",
-                               "--format", "json", "-f", "8", timeout=300)
-    assert r.returncode == 1, f"exit {r.returncode}; stderr:\n{r.stderr}"
-    doc: dict[str, Any] = json.loads(r.stdout)
-    return doc
+    return security_fleet.check_json("-f", "8")
 
 
 def test_each_host_below_a_floor_gets_its_rule_with_the_advisory(report: dict[str, Any]) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+from clirun import Ran
 from test_rules_builders import BUSBW, NOW, fleet
 
-from gpufleet.cli import main
 from gpufleet.history import RunStore, history_section
 from gpufleet.model import DriverInfo
 from gpufleet.report import document, json_schema, render_doc
@@ -113,24 +113,6 @@ def test_store_index_is_rebuilt_and_reports_rerender(store: RunStore, tmp_path: 
     assert [e["generated_at"] for e in entries] == ["2026-11-29T12:00:00Z"]
     saved = store.root / entries[0]["file"]
     assert render_doc(json.loads(saved.read_text()), "markdown").startswith("# gpufleet report")
-
-
-@dataclasses.dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
-    """`gpufleet ARGS` in this process (the same main() the console script runs)."""
-    def call(*args: str) -> Ran:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out = capsys.readouterr()
-        return Ran(int(exc.value.code or 0), out.out, out.err)
-    return call
 
 
 def test_history_and_report_commands(store: RunStore, tmp_path: Path,

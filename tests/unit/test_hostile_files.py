@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clirun import Ran
 from test_rules_builders import NOW, fleet
 
 from gpufleet.cli import main
@@ -36,24 +37,6 @@ ANSIBLE = FIXTURES / "ansible-2026-12-01"
 LIVE = FIXTURES / "report" / "live-h200x2-2026-11-30.json"
 OSC52 = "\x1b]52;c;ZXZpbCBjbGlwYm9hcmQ=\x07"
 ERASE = "\x1b[2K\x1b[1A\x1b[2K"
-
-
-@dataclasses.dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
-    """`gpufleet ARGS` in this process (the same main() the console script runs)."""
-    def call(*args: str) -> Ran:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out = capsys.readouterr()
-        return Ran(int(exc.value.code or 0), out.out, out.err)
-    return call
 
 
 def _gpufleet_bytes(*args: str) -> subprocess.CompletedProcess[bytes]:
