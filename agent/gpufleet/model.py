@@ -308,6 +308,17 @@ class NvLinkErrorCounts:
 
 
 @dataclass(frozen=True)
+class GdrSupport:
+    """What GPUDirect RDMA can register GPU memory through, from sysfs (probes/gdr.py)."""
+
+    # /sys/module/NAME present -> its version file ("" where it has none): nvidia_peermem,
+    # nv_peer_mem, ib_core, ib_uverbs
+    modules: Mapping[str, str] = field(default_factory=dict)
+    # /sys/kernel/mm/memory_peers/NAME -> its version: a client registered with ib_core
+    memory_peers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class PciFunction:
     """An NVIDIA display or 3D controller on the PCI bus, as the kernel's sysfs lists it."""
 
@@ -394,6 +405,7 @@ class Facts:
     # NVLink replay/recovery/CRC counters per GPU and link; None: not read
     nvlink_errors: tuple[NvLinkErrorCounts, ...] | None = None
     tmpdir: TempDir | None = None  # the temporary directory; None = not read
+    gdr: GdrSupport | None = None  # GPUDirect RDMA's kernel paths; None = not read
 
     @property
     def gpu_count(self) -> int:

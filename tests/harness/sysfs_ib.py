@@ -69,3 +69,21 @@ def write_tree(root: Path, ports: Mapping[str, Mapping[str, Any]]) -> dict[str, 
             (net / port["netdev"]).mkdir(parents=True, exist_ok=True)
             (net / port["netdev"] / "carrier_changes").write_text(f"{port['carrier_changes']}\n")
     return {"GPUFLEET_SYS_CLASS_INFINIBAND": str(ib), "GPUFLEET_SYS_CLASS_NET": str(net)}
+
+
+def write_gdr(root: Path, modules: Mapping[str, str], peers: Mapping[str, str]) -> dict[str, str]:
+    """/sys/module/NAME/version and /sys/kernel/mm/memory_peers/NAME/version under root; the
+    probe's env vars. Layout: a module's sysfs directory holds `version` when it declares
+    MODULE_VERSION (nvidia_peermem does: NVIDIA/open-gpu-kernel-modules
+    kernel-open/nvidia-peermem/nvidia-peermem.c; an in-tree ib_core does not: "" writes none);
+    memory_peers/NAME/version is what NVIDIA/nccl@276b2fe4 src/transport/net_ib/gdr.cc reads.
+    The values are the case's."""
+    mod, mm = root / "module", root / "kernel_mm"
+    for name, version in modules.items():
+        (mod / name).mkdir(parents=True, exist_ok=True)
+        if version:
+            (mod / name / "version").write_text(f"{version}\n")
+    for name, version in peers.items():
+        (mm / "memory_peers" / name).mkdir(parents=True, exist_ok=True)
+        (mm / "memory_peers" / name / "version").write_text(f"{version}\n")
+    return {"GPUFLEET_SYS_MODULE": str(mod), "GPUFLEET_SYS_KERNEL_MM": str(mm)}

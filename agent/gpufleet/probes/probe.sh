@@ -8,8 +8,8 @@
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
 # GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
 # /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband, GPUFLEET_SYS_CLASS_NET
-# /sys/class/net, GPUFLEET_BOOT /boot and GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required; only
-# tests set them.
+# /sys/class/net, GPUFLEET_BOOT /boot, GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required,
+# GPUFLEET_SYS_MODULE /sys/module and GPUFLEET_SYS_KERNEL_MM /sys/kernel/mm; only tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -32,6 +32,8 @@ ib=${GPUFLEET_SYS_CLASS_INFINIBAND:-/sys/class/infiniband}
 boot=${GPUFLEET_BOOT:-/boot}
 reboot_flag=${GPUFLEET_REBOOT_REQUIRED:-/var/run/reboot-required}
 net=${GPUFLEET_SYS_CLASS_NET:-/sys/class/net}
+sysmod=${GPUFLEET_SYS_MODULE:-/sys/module}
+sysmm=${GPUFLEET_SYS_KERNEL_MM:-/sys/kernel/mm}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -298,6 +300,27 @@ emit ib_ports 0
 } >"$tmp/out" 2>/dev/null </dev/null
 : >"$tmp/err"
 emit ib_links 0
+
+# GPUDirect RDMA's kernel paths (probes/gdr.py has the sources): `module NAME VERSION` for each
+# peer-memory or RDMA core module sysfs lists, `memory_peer NAME VERSION` for each peer-memory
+# client registered with ib_core (/sys/kernel/mm/memory_peers, MLNX_OFED's API); VERSION is the
+# module's own version file, empty where it has none.
+{
+    for m in nvidia_peermem nv_peer_mem ib_core ib_uverbs; do
+        [ -d "$sysmod/$m" ] || continue
+        v=
+        [ -r "$sysmod/$m/version" ] && read -r v <"$sysmod/$m/version"
+        printf 'module %s %s\n' "$m" "$v"
+    done
+    for d in "$sysmm"/memory_peers/*; do
+        [ -d "$d" ] || continue
+        v=
+        [ -r "$d/version" ] && read -r v <"$d/version"
+        printf 'memory_peer %s %s\n' "${d##*/}" "$v"
+    done
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit gdr 0
 
 section toolkit nvidia-ctk --version
 section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}},"RuncCommit":{{json .RuncCommit}},"Authz":{{json .Plugins.Authorization}}}'

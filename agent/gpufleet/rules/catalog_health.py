@@ -276,4 +276,19 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                      "packets, recoveries are the link retraining. Error when recoveries rose. "
                      "Threshold Δ>0, Meta GCM's default of 0 tolerated errors.",
              doc_fill={"gpu": "N", "link": "K", "words": "the counters that rose"}),
+    # GF46x: GPUDirect RDMA on the host (rules/fabric_gdr.py; the sysfs paths and their sources
+    # in probes/gdr.py)
+    RuleInfo("GF460", "warning", "no GPUDirect RDMA path on a host with GPUs and RDMA ports",
+             "give {host}'s HCAs a way into GPU memory: the open GPU kernel modules on a 5.12+ "
+             "kernel for DMA-BUF (NVIDIA's recommendation; inventory "
+             "`nvidia_driver_kernel_modules: open`, then `ansible-playbook "
+             "gpufleet.gpu.upgrade_driver -l {host}`), or MLNX_OFED/DOCA-OFED and `modprobe "
+             "nvidia_peermem`; now: {why}",
+             meaning="A host with GPUs and an ACTIVE RDMA port where neither GPUDirect RDMA path "
+                     "exists: no peer-memory client registered with ib_core "
+                     "(/sys/kernel/mm/memory_peers/nv_mem, what nvidia_peermem or nv_peer_mem "
+                     "registers under MLNX_OFED; NCCL's ncclIbGdrSupport) and no DMA-BUF "
+                     "(needs the open GPU kernel modules and Linux 5.12+). NCCL then stages "
+                     "every network transfer through host memory; it still runs, slower.",
+             doc_fill={"why": "what is missing"}),
 )
