@@ -96,8 +96,10 @@ def _noted(store: RunStore) -> None:
     store.notes.clear()
 
 
-def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any]]:
-    """The report with the drift findings (GF52x) and its "history" member from the store."""
+def with_history(report: Report, store_dir: Path, *,
+                 deltas: bool = True) -> tuple[Report, dict[str, Any]]:
+    """The report with the drift findings (GF52x) and its "history" member from the store;
+    `deltas` False leaves the counter deltas to node-check's --counters."""
     store = RunStore(store_dir)
     try:
         entries = store.entries()
@@ -106,7 +108,8 @@ def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any
             *drift_findings(doc, entries),
             *escalation_findings(doc, entries, store.load, report.specs),
             *(delta_findings(doc, store.load(entries[-1]),
-                             {n: s.expect for n, s in report.specs.items()}) if entries else []),
+                             {n: s.expect for n, s in report.specs.items()})
+               if entries and deltas else []),
         ])
         doc = document(report)
         doc["history"] = history_section(doc, entries, store.load)

@@ -1,7 +1,8 @@
 """GF455-GF459: RDMA and NVLink error counters as deltas between two runs.
 
 Counters only mean something as a rate, so these rules take two report documents of the same
-hosts (the run store's last run and this one: cli/saved.py, `--save DIR`): a fatal counter that
+hosts (the run store's last run and this one: cli/saved.py, `--save DIR`; or a sample of
+node-check's counter history, history/counters.py): a fatal counter that
 rose at all (GF455), symbol errors per hour (GF456), non-fatal error rates (GF457), RoCE carrier
 flaps per 24 h (GF458), an NVLink replay/recovery/CRC counter that rose (GF459). A counter that
 went down was reset (driver reload, reboot): that port is not judged for that pair of runs.
@@ -29,6 +30,10 @@ from gpufleet.rules.fabric import nic
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF455", "GF456", "GF457", "GF458", "GF459")
+# Which window each is about, for a history of many runs (history/counters.py): a rise at all
+# or a count per 24 h, against the window's start; a rate, against about an hour ago.
+WINDOW_RULES = ("GF455", "GF458", "GF459")
+RATE_RULES = ("GF456", "GF457")
 
 FATAL = (("counters", "link_downed"), ("counters", "local_link_integrity_errors"),
          ("counters", "excessive_buffer_overrun_errors"), ("hw_counters", "rnr_nak_retry_err"))
