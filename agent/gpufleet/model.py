@@ -295,7 +295,9 @@ class IbLink:
     gid0: str | None = None  # gids/0
     netdev: str | None = None  # RoCE: gid_attrs/ndevs/0
     carrier_changes: int | None = None  # /sys/class/net/NETDEV/carrier_changes (RoCE)
-    ber: str | None = None  # mlxlink's effective physical BER; None: not collected
+    ber: str | None = None  # mlxlink's Effective Physical BER, "15E-255"; None: not collected
+    raw_ber: str | None = None  # mlxlink's Raw Physical BER (before FEC), "3E-10"
+    ber_note: str | None = None  # why ber is None: "mlxlink not installed", "port not ACTIVE", …
 
 
 @dataclass(frozen=True)

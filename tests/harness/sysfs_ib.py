@@ -87,3 +87,41 @@ def write_gdr(root: Path, modules: Mapping[str, str], peers: Mapping[str, str]) 
         (mm / "memory_peers" / name).mkdir(parents=True, exist_ok=True)
         (mm / "memory_peers" / name / "version").write_text(f"{version}\n")
     return {"GPUFLEET_SYS_MODULE": str(mod), "GPUFLEET_SYS_KERNEL_MM": str(mm)}
+
+
+def write_mlxlink(bindir: Path, devices: Mapping[str, Mapping[str, Any]]) -> Path:
+    """bin/mlxlink: a stand-in for `mlxlink -d DEV -c` that prints, per device, what the case
+    says in mlxlink's text layout (Mellanox/mstflint@fc9373e1: mlxlink_commander.cpp writes the
+    "Operational Info" and "Physical Counters and BER Info" sections, the BERs as
+    COEF "E-" MAGNITUDE; printutil/mlxlink_cmd_print.cpp a blank line, the title and dashes;
+    mlxlink_record.cpp `KEY` then `: ` right-aligned to PDDR_LINE_LEN, 34 in that version).
+    A case's `ber` ("15E-255"), `raw` ("3E-10"), `color` (the value in red, ANSI escapes as
+    mlxlink's changeColorOS writes them) or `fail` (a message on stderr, exit 1: mlxlink's
+    errors go to stderr, "-E- ..." as its MlxRegException messages print; the text is the
+    case's). A device the case does not name is an error, as for a device mlxlink cannot open."""
+    def rows(title: str, pairs: list[tuple[str, str]]) -> str:
+        body = "".join(f"{k}{': ':>{34 - len(k)}}{v}\n" for k, v in pairs)
+        return f"\n{title}\n{'-' * len(title)}\n{body}"
+
+    cases = []
+    for dev, c in devices.items():
+        if c.get("fail"):
+            cases.append(f"    {dev}) echo '{c['fail']}' >&2; exit 1 ;;")
+            continue
+        ber = f"\033[31m{c['ber']}\033[0m" if c.get("color") else c["ber"]
+        text = rows("Operational Info", [("State", "Active"), ("Physical state", "LinkUp"),
+                                         ("Speed", "IB-NDR"), ("Width", "4x")])
+        text += rows("Physical Counters and BER Info", [
+            ("Time Since Last Clear [Min]", "1204.6"), ("Effective Physical Errors", "0"),
+            ("Raw Physical Errors Per Lane", "0,0,0,0"), ("Effective Physical BER", ber),
+            ("Raw Physical BER", c.get("raw", "15E-255")), ("Link Down Counter", "0"),
+            ("Link Error Recovery Counter", "0")])
+        cases.append(f"    {dev}) cat <<'EOF'\n{text}EOF\n    ;;")
+    bindir.mkdir(parents=True, exist_ok=True)
+    script = bindir / "mlxlink"
+    script.write_text(
+        "#!/bin/sh\ndev=; for a in \"$@\"; do [ \"$prev\" = -d ] && dev=$a; prev=$a; done\n"
+        "case $dev in\n" + "\n".join(cases) +
+        "\n    *) echo \"-E- Failed to open device: $dev\" >&2; exit 1 ;;\nesac\n")
+    script.chmod(0o755)
+    return bindir

@@ -1,9 +1,11 @@
-"""The RDMA fabric rules (GF450-GF458) on simulated sysfs trees, through the shipped probe.
+"""The RDMA fabric rules (GF450-GF462) on simulated sysfs trees, through the shipped probe.
 
 Each case under tests/fixtures/fabric/ is one short file: the host's ports in a first run
-(`ports`, or `hosts` for several), what changed by a second run `hours` later (`after`), and the
-findings expected (`expect`: rule -> the NIC, or the host for group rules; {} = none). The tree
-is written in the kernel's layout (tests/harness/sysfs_ib.py names the sources), the real
+(`ports`, or `hosts` for several), what changed by a second run `hours` later (`after`), what
+`mlxlink -c` prints per device in the second run (`mlxlink`: a stand-in whose sources
+tests/harness/sysfs_ib.py write_mlxlink names), and the findings expected (`expect`: rule -> the
+NIC, or the host for group rules; {} = none). The tree is written in the kernel's layout
+(tests/harness/sysfs_ib.py names the sources), the real
 probe.sh reads it, the real parser and rules judge it.
 """
 
@@ -24,15 +26,18 @@ from gpufleet.probes import probe_script
 from gpufleet.probes.collect import parse_probe_output
 from gpufleet.rules import evaluate
 from gpufleet.rules.fabric_delta import delta_findings
-from harness.sysfs_ib import merged, write_tree
+from harness.sysfs_ib import merged, write_mlxlink, write_tree
 
 CASES = sorted((Path(__file__).parents[1] / "fixtures" / "fabric").glob("*.yaml"))
 T0 = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
 
 
-def probe(root: Path, ports: dict[str, Any], when: datetime) -> Facts:
+def probe(root: Path, ports: dict[str, Any], when: datetime,
+          mlxlink: dict[str, Any] | None = None) -> Facts:
     env = {**os.environ, **write_tree(root, ports),
            "GPUFLEET_SYS_PCI_DEVICES": str(root / "no-pci")}
+    if mlxlink is not None:  # a stand-in mlxlink first on PATH
+        env["PATH"] = f"{write_mlxlink(root / 'bin', mlxlink)}:{env['PATH']}"
     out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
                          text=True, env=env, timeout=120, check=False).stdout
     return parse_probe_output(out, collected_at=when.isoformat())
@@ -49,12 +54,12 @@ def run_case(case: dict[str, Any], tmp: Path) -> set[tuple[str, str]]:
     for host, ports in hosts.items():
         before[host] = probe(tmp / host / "0", ports, T0)
         changed = {n: merged(p, (case.get("after") or {}).get(n)) for n, p in ports.items()}
-        after[host] = probe(tmp / host / "1", changed, t1)
+        after[host] = probe(tmp / host / "1", changed, t1, case.get("mlxlink"))
     limits = Expectations(**case.get("vars", {}))
     specs = {h: HostSpec(h, h, groups=("rack1",), expect=limits) for h in hosts}
     report = Report(hosts={h: HostResult(h, "ok", facts=f) for h, f in after.items()},
                     specs=specs)
-    found = [f for f in evaluate(report) if f.rule.startswith("GF45")]
+    found = [f for f in evaluate(report) if f.rule.startswith(("GF45", "GF46"))]
     found += delta_findings(doc(after), doc(before), {h: limits for h in hosts})
     return {(f.rule, str(f.evidence.get("nic") or f.hosts[0])) for f in found}
 
@@ -78,7 +83,7 @@ def test_the_probe_reads_every_part_of_a_port(tmp_path: Path) -> None:
     assert link.hw_counters["rnr_nak_retry_err"] == 5
     assert link.pkeys == ("0x8001", "0xffff")  # the empty 0x0000 slots are not listed
     assert (link.netdev, link.carrier_changes) == ("ens1f0np0", 9)
-    assert link.ber is None  # mlxlink is not collected
+    assert link.ber is None and link.ber_note == "mlxlink not installed"
     assert facts.ib_ports and facts.ib_ports[0].rate_gbit == 400.0
     assert "ib_links" not in facts.errors
 
@@ -142,3 +147,34 @@ def test_nvlink_replays_rising_are_named_with_gpu_and_link() -> None:
     assert g.severity == "error" and g.evidence["deltas"] == {"recovery": 1}
     assert delta_findings(_nvlink_doc(12, 0, t1), _nvlink_doc(12, 0, T0)) == []
     assert delta_findings(_nvlink_doc(0, 0, t1), _nvlink_doc(12, 0, T0)) == []  # reset
+
+
+def test_mlxlink_ber_is_read_per_device_and_failures_say_why(tmp_path: Path) -> None:
+    ports = {"mlx5_0/1": {}, "mlx5_1/1": {}, "mlx5_2/1": {}, "mlx5_3/1": {
+        "state": "1: DOWN", "phys_state": "2: Polling"}}
+    facts = probe(tmp_path, ports, T0, {
+        "mlx5_0": {"ber": "15E-255", "raw": "3E-10", "color": True},
+        "mlx5_1": {"fail": "-E- Failed to open the device"}})
+    by = {link.device: link for link in facts.ib_links or ()}
+    assert (by["mlx5_0"].ber, by["mlx5_0"].raw_ber, by["mlx5_0"].ber_note) == (
+        "15E-255", "3E-10", None)
+    assert by["mlx5_1"].ber is None
+    assert by["mlx5_1"].ber_note == "mlxlink exit 1: -E- Failed to open the device"
+    assert by["mlx5_2"].ber_note == "mlxlink exit 1: -E- Failed to open device: mlx5_2"
+    assert by["mlx5_3"].ber_note == "port not ACTIVE"  # not asked: GF450's
+
+
+def test_hostile_mlxlink_lines_are_not_trusted() -> None:
+    from gpufleet.probes.ib import parse_mlxlink  # noqa: PLC0415
+
+    text = ("> Effective Physical BER : 1E-3\n"  # before any device line: nobody's
+            "device mlx5_0 rc=0\n"
+            "> Effective Physical BER : $(reboot)\n"
+            "device mlx5_9 rc=0\n"
+            "Effective Physical BER : 1E-3\n"  # unprefixed: not a line mlxlink printed
+            "> Raw Physical BER : 2E-5\n")
+    got = parse_mlxlink(text)
+    assert got["mlx5_0"] == {"note": "mlxlink printed no Effective Physical BER: "
+                                     "Effective Physical BER : $(reboot)"}
+    assert got["mlx5_9"] == {"raw_ber": "2E-5", "note": "mlxlink printed no Effective "
+                                                        "Physical BER: Raw Physical BER : 2E-5"}

@@ -281,6 +281,10 @@ _GDR_ROW = {"hca": "mlx5_0/1", "gpu": 0, "numa": 0, "rate_gbit": 400.0, "host": 
             "floor_gbit": 360.0, "basis": "published GDR floor for H200, at most 0.9 x the port"}
 _PLAIN_IB = TransportRecord("nccl init log", "IB", (NcclConnection(1, 2, "NET/IB", 1, 0, False),))
 CASES.update({
+    "GF461": (lambda: fleet({"gpu02": {"facts": {"ib_links": (dataclasses.replace(
+        _UP, ber="3E-7", raw_ber="4E-5"),)}}}), "gpu02"),
+    "GF462": (lambda: fleet({"gpu02": {"facts": {"ib_links": (dataclasses.replace(
+        _UP, ber="5E-11"),)}}}), "gpu02"),
     "GF460": (lambda: fleet({"gpu02": {"facts": {
         "ib_links": (_UP,), "gdr": _INBOX, "os": OsInfo(kernel="5.4.0-216-generic")}}}),
         "gpu02"),

@@ -301,6 +301,34 @@ emit ib_ports 0
 : >"$tmp/err"
 emit ib_links 0
 
+# mlxlink's BER of each RDMA device with an ACTIVE port (probes/ib.py has the format's source):
+# `device DEV rc=N`, then each line it printed prefixed `> ` (so a host line cannot pass for a
+# `device` line); `mlxlink=absent` without the tool. One call per device (a few hundred ms each).
+{
+    if command -v mlxlink >/dev/null 2>&1; then
+        seen=
+        for f in "$ib"/*/ports/*/state; do
+            [ -r "$f" ] && read -r v <"$f" || continue
+            case $v in *ACTIVE) ;; *) continue ;; esac
+            d=${f%/ports/*}; d=${d##*/}
+            case $d in '' | -* | *[!A-Za-z0-9_.:-]*) continue ;; esac
+            case " $seen " in *" $d "*) continue ;; esac
+            seen="$seen $d"
+            $to mlxlink -d "$d" -c >"$tmp/ml" 2>&1 </dev/null
+            printf 'device %s rc=%s\n' "$d" "$?"
+            n=0
+            while IFS= read -r l && [ "$n" -lt 200 ]; do
+                printf '> %s\n' "$l"
+                n=$((n + 1))
+            done <"$tmp/ml"
+        done
+    else
+        echo mlxlink=absent
+    fi
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit mlxlink 0
+
 # GPUDirect RDMA's kernel paths (probes/gdr.py has the sources): `module NAME VERSION` for each
 # peer-memory or RDMA core module sysfs lists, `memory_peer NAME VERSION` for each peer-memory
 # client registered with ib_core (/sys/kernel/mm/memory_peers, MLNX_OFED's API); VERSION is the

@@ -291,4 +291,22 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                      "(needs the open GPU kernel modules and Linux 5.12+). NCCL then stages "
                      "every network transfer through host memory; it still runs, slower.",
              doc_fill={"why": "what is missing"}),
+    # GF461-GF462: a port's bit error rate as mlxlink reads it (rules/fabric.py)
+    RuleInfo("GF461", "error", "RDMA port's effective bit error rate too high",
+             "drain {host} from multi-host jobs and replace the cable or transceiver of {nic} "
+             "(`mlxlink -d {dev} -m -c` names the module and its lanes); effective BER {ber}",
+             meaning="mlxlink's Effective Physical BER (after FEC) of an ACTIVE port has a "
+                     "negative exponent below 9 (1E-8 or worse): DeepOps' NHC check "
+                     "check_ib_link_ber (NVIDIA/deepops roles/nhc/files/deepops.nhc) fails the "
+                     "node at that exponent.",
+             doc_fill={"nic": "the port", "dev": "DEV", "ber": "B"}),
+    RuleInfo("GF462", "warning", "RDMA port's effective bit error rate above 1E-12",
+             "watch {nic} on {host}: `mlxlink -d {dev} -c` again after load, and plan the "
+             "cable or transceiver swap; effective BER {ber}, threshold 1E-12",
+             meaning="mlxlink's Effective Physical BER of an ACTIVE port is above 1E-12 but not "
+                     "yet GF461's 1E-8: ibdiagnet's BER test threshold (10^-12 by default, "
+                     "NVIDIA's ibdiagnet manual, Bit Error Rate), the IBTA rate NVSentinel's "
+                     "symbol-error threshold comes from. The raw (pre-FEC) BER is recorded, "
+                     "not judged: no published threshold for it was found.",
+             doc_fill={"nic": "the port", "dev": "DEV", "ber": "B"}),
 )
