@@ -69,6 +69,7 @@ class Expectations:
     xid_reboot_limit: int | None = None  # gpufleet_xid_reboot_limit (reboots in 7 days -> RMA)
     ib_symbol_errors_per_hour: float | None = None  # gpufleet_ib_symbol_errors_per_hour (120)
     ib_flaps_per_day: float | None = None  # gpufleet_ib_flaps_per_day (5)
+    ib_ber_exponent: int | None = None  # gpufleet_ib_ber_exponent (12: effective BER < 1E-12)
     # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
     # pytorch_image_digest); None: the host declares no workspaces
     workspaces: Mapping[str, str | None] | None = None

@@ -300,13 +300,14 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                      "check_ib_link_ber (NVIDIA/deepops roles/nhc/files/deepops.nhc) fails the "
                      "node at that exponent.",
              doc_fill={"nic": "the port", "dev": "DEV", "ber": "B"}),
-    RuleInfo("GF462", "warning", "RDMA port's effective bit error rate above 1E-12",
+    RuleInfo("GF462", "warning", "RDMA port's effective bit error rate above its threshold",
              "watch {nic} on {host}: `mlxlink -d {dev} -c` again after load, and plan the "
-             "cable or transceiver swap; effective BER {ber}, threshold 1E-12",
+             "cable or transceiver swap; effective BER {ber}, threshold {threshold}",
              meaning="mlxlink's Effective Physical BER of an ACTIVE port is above 1E-12 but not "
                      "yet GF461's 1E-8: ibdiagnet's BER test threshold (10^-12 by default, "
                      "NVIDIA's ibdiagnet manual, Bit Error Rate), the IBTA rate NVSentinel's "
                      "symbol-error threshold comes from. The raw (pre-FEC) BER is recorded, "
-                     "not judged: no published threshold for it was found.",
-             doc_fill={"nic": "the port", "dev": "DEV", "ber": "B"}),
+                     "not judged: no published threshold for it was found. Inventory "
+                     "`gpufleet_ib_ber_exponent` (N: 1E-N) moves the threshold.",
+             doc_fill={"nic": "the port", "dev": "DEV", "ber": "B", "threshold": "1E-12"}),
 )

@@ -24,7 +24,7 @@ RULES: tuple[str, ...] = ("GF450", "GF451", "GF452", "GF461", "GF462", "GF620", 
 
 _BER = re.compile(r"^([0-9]{1,4})E-([0-9]{1,3})$")  # mlxlink's COEF "E-" MAGNITUDE
 BER_DEEPOPS_EXPONENT = 9  # check_ib_link_ber: fail below this negative exponent
-BER_WARN = 1e-12  # ibdiagnet's default BER threshold
+BER_WARN_EXPONENT = 12  # ibdiagnet's default BER threshold, 1E-12 (gpufleet_ib_ber_exponent)
 
 
 
@@ -48,7 +48,9 @@ def check(ctx: Ctx) -> Iterable[Finding]:
                      "link_layer": link.link_layer},
                     nic=nic(link), dev=link.device, port=link.port)
         yield from _slow_ports(host.name, facts.ib_ports or (), links)
-        yield from _ber(host.name, links)
+        spec = ctx.report.specs.get(host.name)
+        exponent = spec.expect.ib_ber_exponent if spec and spec.expect else None
+        yield from _ber(host.name, links, exponent or BER_WARN_EXPONENT)
         keys = tuple(sorted({k for link in links for k in link.pkeys}))
         if keys:
             for group in ctx.groups(host.name):
@@ -60,8 +62,9 @@ def check(ctx: Ctx) -> Iterable[Finding]:
         yield from _transport(host.name, smoke, by_name)
 
 
-def _ber(host: str, links: Sequence[IbLink]) -> Iterable[Finding]:
+def _ber(host: str, links: Sequence[IbLink], warn_exponent: int) -> Iterable[Finding]:
     """GF461/GF462 from mlxlink's Effective Physical BER of each ACTIVE port."""
+    limit = 10.0 ** -warn_exponent
     for link in links:
         m = _BER.match(link.ber or "")
         if not m or link.state != "ACTIVE":
@@ -75,10 +78,11 @@ def _ber(host: str, links: Sequence[IbLink]) -> Iterable[Finding]:
                           f"(exponent {exponent} < {BER_DEEPOPS_EXPONENT})",
                           {**evidence, "threshold": f"exponent >= {BER_DEEPOPS_EXPONENT}"},
                           nic=nic(link), dev=link.device, ber=link.ber)
-        elif value > BER_WARN:
+        elif value > limit:
             yield finding("GF462", [host], f"{host}: {nic(link)} effective BER {link.ber} "
-                          "above 1E-12", {**evidence, "threshold": BER_WARN},
-                          nic=nic(link), dev=link.device, ber=link.ber)
+                          f"above 1E-{warn_exponent}", {**evidence, "threshold": limit},
+                          nic=nic(link), dev=link.device, ber=link.ber,
+                          threshold=f"1E-{warn_exponent}")
 
 
 # ---------------------------------------------------------------------------- transports
