@@ -148,7 +148,9 @@ def parse_mlxlink(text: str) -> dict[str, dict[str, str]]:
     for got in out.values():
         rc, last = got.pop("rc"), got.pop("last", None)
         if "ber" not in got:
-            why = f"mlxlink exit {rc}" if rc != "0" else "mlxlink printed no Effective Physical BER"
+            why = ("mlxlink did not finish in the tool timeout (killed)" if rc in ("124", "137")
+                   else f"mlxlink exit {rc}" if rc != "0"
+                   else "mlxlink printed no Effective Physical BER")
             got["note"] = f"{why}: {last}" if last else why
     return out
 
