@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,22 @@ def test_hostile_mlxlink_lines_are_not_trusted() -> None:
                                      "Effective Physical BER : $(reboot)"}
     assert got["mlx5_9"] == {"raw_ber": "2E-5", "note": "mlxlink printed no Effective "
                                                         "Physical BER: Raw Physical BER : 2E-5"}
+
+
+def test_mlxlink_is_asked_for_every_device_at_once(tmp_path: Path) -> None:
+    # mlxlink takes about a second per call on a real HCA; 4 devices whose stand-in sleeps 2 s
+    # each must cost one call's time (serially they would cost 8 s). Sleeping needs no CPU,
+    # so a loaded machine does not change this; the bound leaves the probe itself 4 s.
+    ports = {f"mlx5_{i}/1": {} for i in range(4)}
+    bindir = write_mlxlink(tmp_path / "bin", {f"mlx5_{i}": {"ber": "15E-255"} for i in range(4)})
+    script = bindir / "mlxlink"
+    script.write_text(script.read_text().replace("#!/bin/sh\n", "#!/bin/sh\nsleep 2\n", 1))
+    env = {**os.environ, **write_tree(tmp_path, ports), "PATH": f"{bindir}:{os.environ['PATH']}",
+           "GPUFLEET_SYS_PCI_DEVICES": str(tmp_path / "no-pci")}
+    start = time.monotonic()
+    out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
+                         text=True, env=env, timeout=120, check=False).stdout
+    elapsed = time.monotonic() - start
+    links = parse_probe_output(out, collected_at=T0.isoformat()).ib_links or ()
+    assert [link.ber for link in links] == ["15E-255"] * 4
+    assert elapsed < 6.0, f"the probe took {elapsed:.1f} s: mlxlink was asked one at a time"
