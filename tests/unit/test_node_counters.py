@@ -130,3 +130,23 @@ def test_an_unreadable_history_is_set_aside_not_lost(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "counters.json.unreadable").read_text())["host"] == "other"
     assert json.loads(path.read_text())["host"] == "n1"
     assert not [f for f in out["findings"] if f["rule"].startswith("GF45")]
+
+
+def test_two_runs_at_once_take_turns(tmp_path: Path) -> None:
+    # A HealthCheckProgram and a prolog may run node-check together: the second waits for the
+    # first's FILE.lock instead of writing over its sample.
+    import fcntl  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    path = tmp_path / "counters.json"
+    report = {"hosts": {"n1": {"facts": sample(tmp_path, {}, NOW)}}}
+    fd = os.open(tmp_path / "counters.json.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    worker = threading.Thread(target=counters.node_counters, args=(report, "n1", path, None))
+    worker.start()
+    worker.join(0.5)
+    assert worker.is_alive() and not path.exists()  # waiting for the lock
+    os.close(fd)
+    worker.join(10)
+    assert not worker.is_alive() and len(json.loads(path.read_text())["samples"]) == 1

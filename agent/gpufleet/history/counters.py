@@ -18,14 +18,16 @@ reboot): the older samples then mean nothing against the new counts, and the his
 from this run. The file holds only counters, never a whole report: RETAIN_S of samples, at most
 MAX_SAMPLES, at least MIN_SPACING_S apart (a node checked every 30 s keeps one sample a
 minute). A file that cannot be read as a counter history is moved aside (FILE.unreadable) with
-a note, never silently overwritten.
+a note, never silently overwritten; FILE.lock serialises two runs at once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -192,7 +194,21 @@ def node_counters(doc: Mapping[str, Any], host: str, path: Path,
     if current is None:
         return [], []  # no facts this run: nothing to judge, the history stays as it was
     history = CounterHistory(path)
-    samples = history.load(host)
-    findings = judge(host, current, samples, expect)
-    history.save(host, kept(samples, current))
+    with _locked(path):  # a HealthCheckProgram and a prolog may run at once
+        samples = history.load(host)
+        findings = judge(host, current, samples, expect)
+        history.save(host, kept(samples, current))
     return findings, history.notes
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on FILE.lock (never following a link planted there). Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
+                 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
