@@ -126,6 +126,30 @@ def test_check_save_judges_counters_against_the_stores_last_run(tmp_path: Path) 
     assert hit.evidence["interval_h"] == 4.0 and hit.severity == "error"
 
 
+def test_check_save_compares_each_host_with_its_own_last_run(tmp_path: Path) -> None:
+    # `check --save` of gpu01 and gpu02, then of gpu02 alone (`-l gpu02`), then of gpu01: its
+    # counters are compared with the first run, the last one that has it, not with gpu02's.
+    from gpufleet.cli.saved import with_history  # noqa: PLC0415
+    from gpufleet.history.store import RunStore  # noqa: PLC0415
+    from gpufleet.report import document  # noqa: PLC0415
+    from gpufleet.report.pipeline import judge  # noqa: PLC0415
+
+    def run(i: int, hosts: dict[str, dict[str, Any]]) -> Report:
+        when = T0 + timedelta(hours=2 * i)
+        results = {h: HostResult(h, "ok", facts=probe(tmp_path / f"{i}{h}", ports, when))
+                   for h, ports in hosts.items()}
+        return judge(Report(hosts=results, generated_at=when.isoformat()))
+
+    up = {"mlx5_0/1": {}}
+    down = {"mlx5_0/1": {"counters": {"link_downed": 1}}}
+    store = RunStore(tmp_path / "store")
+    store.save(document(run(0, {"gpu01": up, "gpu02": up})))
+    store.save(document(run(1, {"gpu02": up})))
+    report, _ = with_history(run(2, {"gpu01": down}), tmp_path / "store")
+    (hit,) = [f for f in report.findings if f.rule == "GF455"]
+    assert hit.hosts == ("gpu01",) and hit.evidence["interval_h"] == 4.0
+
+
 def _nvlink_doc(replay: int, recovery: int, when: datetime) -> dict[str, Any]:
     from gpufleet.probes.nvlink_errors import parse_nvlink_errors  # noqa: PLC0415
 
