@@ -77,6 +77,8 @@ VARS: tuple[Var, ...] = (
         "GF456's threshold: RDMA symbol errors per hour between runs (default 120)"),
     Var("gpufleet_ib_flaps_per_day", "ib_flaps_per_day", "number", (AGENT,),
         "GF458's threshold: RoCE link losses per 24 h between runs (default 5)"),
+    Var("gpufleet_ib_ber_exponent", "ib_ber_exponent", "int", (AGENT,),
+        "GF462's threshold: a port's effective BER must stay below 1E-N (default 12)"),
 )
 
 NAMES: frozenset[str] = frozenset(v.name for v in VARS)

@@ -69,6 +69,7 @@ class Expectations:
     xid_reboot_limit: int | None = None  # gpufleet_xid_reboot_limit (reboots in 7 days -> RMA)
     ib_symbol_errors_per_hour: float | None = None  # gpufleet_ib_symbol_errors_per_hour (120)
     ib_flaps_per_day: float | None = None  # gpufleet_ib_flaps_per_day (5)
+    ib_ber_exponent: int | None = None  # gpufleet_ib_ber_exponent (12: effective BER < 1E-12)
     # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
     # pytorch_image_digest); None: the host declares no workspaces
     workspaces: Mapping[str, str | None] | None = None
@@ -295,7 +296,9 @@ class IbLink:
     gid0: str | None = None  # gids/0
     netdev: str | None = None  # RoCE: gid_attrs/ndevs/0
     carrier_changes: int | None = None  # /sys/class/net/NETDEV/carrier_changes (RoCE)
-    ber: str | None = None  # mlxlink's effective physical BER; None: not collected
+    ber: str | None = None  # mlxlink's Effective Physical BER, "15E-255"; None: not collected
+    raw_ber: str | None = None  # mlxlink's Raw Physical BER (before FEC), "3E-10"
+    ber_note: str | None = None  # why ber is None: "mlxlink not installed", "port not ACTIVE", …
 
 
 @dataclass(frozen=True)
@@ -305,6 +308,17 @@ class NvLinkErrorCounts:
     gpu: int
     uuid: str | None = None
     links: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # k -> replay, …
+
+
+@dataclass(frozen=True)
+class GdrSupport:
+    """What GPUDirect RDMA can register GPU memory through, from sysfs (probes/gdr.py)."""
+
+    # /sys/module/NAME present -> its version file ("" where it has none): nvidia_peermem,
+    # nv_peer_mem, ib_core, ib_uverbs
+    modules: Mapping[str, str] = field(default_factory=dict)
+    # /sys/kernel/mm/memory_peers/NAME -> its version: a client registered with ib_core
+    memory_peers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -394,6 +408,7 @@ class Facts:
     # NVLink replay/recovery/CRC counters per GPU and link; None: not read
     nvlink_errors: tuple[NvLinkErrorCounts, ...] | None = None
     tmpdir: TempDir | None = None  # the temporary directory; None = not read
+    gdr: GdrSupport | None = None  # GPUDirect RDMA's kernel paths; None = not read
 
     @property
     def gpu_count(self) -> int:

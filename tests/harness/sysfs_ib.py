@@ -69,3 +69,59 @@ def write_tree(root: Path, ports: Mapping[str, Mapping[str, Any]]) -> dict[str, 
             (net / port["netdev"]).mkdir(parents=True, exist_ok=True)
             (net / port["netdev"] / "carrier_changes").write_text(f"{port['carrier_changes']}\n")
     return {"GPUFLEET_SYS_CLASS_INFINIBAND": str(ib), "GPUFLEET_SYS_CLASS_NET": str(net)}
+
+
+def write_gdr(root: Path, modules: Mapping[str, str], peers: Mapping[str, str]) -> dict[str, str]:
+    """/sys/module/NAME/version and /sys/kernel/mm/memory_peers/NAME/version under root; the
+    probe's env vars. Layout: a module's sysfs directory holds `version` when it declares
+    MODULE_VERSION (nvidia_peermem does: NVIDIA/open-gpu-kernel-modules
+    kernel-open/nvidia-peermem/nvidia-peermem.c; an in-tree ib_core does not: "" writes none);
+    memory_peers/NAME/version is what NVIDIA/nccl@276b2fe4 src/transport/net_ib/gdr.cc reads.
+    The values are the case's."""
+    mod, mm = root / "module", root / "kernel_mm"
+    for name, version in modules.items():
+        (mod / name).mkdir(parents=True, exist_ok=True)
+        if version:
+            (mod / name / "version").write_text(f"{version}\n")
+    for name, version in peers.items():
+        (mm / "memory_peers" / name).mkdir(parents=True, exist_ok=True)
+        (mm / "memory_peers" / name / "version").write_text(f"{version}\n")
+    return {"GPUFLEET_SYS_MODULE": str(mod), "GPUFLEET_SYS_KERNEL_MM": str(mm)}
+
+
+def write_mlxlink(bindir: Path, devices: Mapping[str, Mapping[str, Any]]) -> Path:
+    """bin/mlxlink: a stand-in for `mlxlink -d DEV -c` that prints, per device, what the case
+    says in mlxlink's text layout (Mellanox/mstflint@fc9373e1: mlxlink_commander.cpp writes the
+    "Operational Info" and "Physical Counters and BER Info" sections, the BERs as
+    COEF "E-" MAGNITUDE; printutil/mlxlink_cmd_print.cpp a blank line, the title and dashes;
+    mlxlink_record.cpp `KEY` then `: ` right-aligned to PDDR_LINE_LEN, 34 in that version).
+    A case's `ber` ("15E-255"), `raw` ("3E-10"), `color` (the value in red, ANSI escapes as
+    mlxlink's changeColorOS writes them) or `fail` (a message on stderr, exit 1: mlxlink's
+    errors go to stderr, "-E- ..." as its MlxRegException messages print; the text is the
+    case's). A device the case does not name is an error, as for a device mlxlink cannot open."""
+    def rows(title: str, pairs: list[tuple[str, str]]) -> str:
+        body = "".join(f"{k}{': ':>{34 - len(k)}}{v}\n" for k, v in pairs)
+        return f"\n{title}\n{'-' * len(title)}\n{body}"
+
+    cases = []
+    for dev, c in devices.items():
+        if c.get("fail"):
+            cases.append(f"    {dev}) echo '{c['fail']}' >&2; exit 1 ;;")
+            continue
+        ber = f"\033[31m{c['ber']}\033[0m" if c.get("color") else c["ber"]
+        text = rows("Operational Info", [("State", "Active"), ("Physical state", "LinkUp"),
+                                         ("Speed", "IB-NDR"), ("Width", "4x")])
+        text += rows("Physical Counters and BER Info", [
+            ("Time Since Last Clear [Min]", "1204.6"), ("Effective Physical Errors", "0"),
+            ("Raw Physical Errors Per Lane", "0,0,0,0"), ("Effective Physical BER", ber),
+            ("Raw Physical BER", c.get("raw", "15E-255")), ("Link Down Counter", "0"),
+            ("Link Error Recovery Counter", "0")])
+        cases.append(f"    {dev}) cat <<'EOF'\n{text}EOF\n    ;;")
+    bindir.mkdir(parents=True, exist_ok=True)
+    script = bindir / "mlxlink"
+    script.write_text(
+        "#!/bin/sh\ndev=; for a in \"$@\"; do [ \"$prev\" = -d ] && dev=$a; prev=$a; done\n"
+        "case $dev in\n" + "\n".join(cases) +
+        "\n    *) echo \"-E- Failed to open device: $dev\" >&2; exit 1 ;;\nesac\n")
+    script.chmod(0o755)
+    return bindir

@@ -1,9 +1,11 @@
-"""The RDMA fabric rules (GF450-GF458) on simulated sysfs trees, through the shipped probe.
+"""The RDMA fabric rules (GF450-GF462) on simulated sysfs trees, through the shipped probe.
 
 Each case under tests/fixtures/fabric/ is one short file: the host's ports in a first run
-(`ports`, or `hosts` for several), what changed by a second run `hours` later (`after`), and the
-findings expected (`expect`: rule -> the NIC, or the host for group rules; {} = none). The tree
-is written in the kernel's layout (tests/harness/sysfs_ib.py names the sources), the real
+(`ports`, or `hosts` for several), what changed by a second run `hours` later (`after`), what
+`mlxlink -c` prints per device in the second run (`mlxlink`: a stand-in whose sources
+tests/harness/sysfs_ib.py write_mlxlink names), and the findings expected (`expect`: rule -> the
+NIC, or the host for group rules; {} = none). The tree is written in the kernel's layout
+(tests/harness/sysfs_ib.py names the sources), the real
 probe.sh reads it, the real parser and rules judge it.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -24,15 +27,18 @@ from gpufleet.probes import probe_script
 from gpufleet.probes.collect import parse_probe_output
 from gpufleet.rules import evaluate
 from gpufleet.rules.fabric_delta import delta_findings
-from harness.sysfs_ib import merged, write_tree
+from harness.sysfs_ib import merged, write_mlxlink, write_tree
 
 CASES = sorted((Path(__file__).parents[1] / "fixtures" / "fabric").glob("*.yaml"))
 T0 = datetime(2026, 12, 1, 6, 0, tzinfo=timezone.utc)
 
 
-def probe(root: Path, ports: dict[str, Any], when: datetime) -> Facts:
+def probe(root: Path, ports: dict[str, Any], when: datetime,
+          mlxlink: dict[str, Any] | None = None) -> Facts:
     env = {**os.environ, **write_tree(root, ports),
            "GPUFLEET_SYS_PCI_DEVICES": str(root / "no-pci")}
+    if mlxlink is not None:  # a stand-in mlxlink first on PATH
+        env["PATH"] = f"{write_mlxlink(root / 'bin', mlxlink)}:{env['PATH']}"
     out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
                          text=True, env=env, timeout=120, check=False).stdout
     return parse_probe_output(out, collected_at=when.isoformat())
@@ -49,12 +55,12 @@ def run_case(case: dict[str, Any], tmp: Path) -> set[tuple[str, str]]:
     for host, ports in hosts.items():
         before[host] = probe(tmp / host / "0", ports, T0)
         changed = {n: merged(p, (case.get("after") or {}).get(n)) for n, p in ports.items()}
-        after[host] = probe(tmp / host / "1", changed, t1)
+        after[host] = probe(tmp / host / "1", changed, t1, case.get("mlxlink"))
     limits = Expectations(**case.get("vars", {}))
     specs = {h: HostSpec(h, h, groups=("rack1",), expect=limits) for h in hosts}
     report = Report(hosts={h: HostResult(h, "ok", facts=f) for h, f in after.items()},
                     specs=specs)
-    found = [f for f in evaluate(report) if f.rule.startswith("GF45")]
+    found = [f for f in evaluate(report) if f.rule.startswith(("GF45", "GF46"))]
     found += delta_findings(doc(after), doc(before), {h: limits for h in hosts})
     return {(f.rule, str(f.evidence.get("nic") or f.hosts[0])) for f in found}
 
@@ -78,7 +84,7 @@ def test_the_probe_reads_every_part_of_a_port(tmp_path: Path) -> None:
     assert link.hw_counters["rnr_nak_retry_err"] == 5
     assert link.pkeys == ("0x8001", "0xffff")  # the empty 0x0000 slots are not listed
     assert (link.netdev, link.carrier_changes) == ("ens1f0np0", 9)
-    assert link.ber is None  # mlxlink is not collected
+    assert link.ber is None and link.ber_note == "mlxlink not installed"
     assert facts.ib_ports and facts.ib_ports[0].rate_gbit == 400.0
     assert "ib_links" not in facts.errors
 
@@ -120,6 +126,30 @@ def test_check_save_judges_counters_against_the_stores_last_run(tmp_path: Path) 
     assert hit.evidence["interval_h"] == 4.0 and hit.severity == "error"
 
 
+def test_check_save_compares_each_host_with_its_own_last_run(tmp_path: Path) -> None:
+    # `check --save` of gpu01 and gpu02, then of gpu02 alone (`-l gpu02`), then of gpu01: its
+    # counters are compared with the first run, the last one that has it, not with gpu02's.
+    from gpufleet.cli.saved import with_history  # noqa: PLC0415
+    from gpufleet.history.store import RunStore  # noqa: PLC0415
+    from gpufleet.report import document  # noqa: PLC0415
+    from gpufleet.report.pipeline import judge  # noqa: PLC0415
+
+    def run(i: int, hosts: dict[str, dict[str, Any]]) -> Report:
+        when = T0 + timedelta(hours=2 * i)
+        results = {h: HostResult(h, "ok", facts=probe(tmp_path / f"{i}{h}", ports, when))
+                   for h, ports in hosts.items()}
+        return judge(Report(hosts=results, generated_at=when.isoformat()))
+
+    up = {"mlx5_0/1": {}}
+    down = {"mlx5_0/1": {"counters": {"link_downed": 1}}}
+    store = RunStore(tmp_path / "store")
+    store.save(document(run(0, {"gpu01": up, "gpu02": up})))
+    store.save(document(run(1, {"gpu02": up})))
+    report, _ = with_history(run(2, {"gpu01": down}), tmp_path / "store")
+    (hit,) = [f for f in report.findings if f.rule == "GF455"]
+    assert hit.hosts == ("gpu01",) and hit.evidence["interval_h"] == 4.0
+
+
 def _nvlink_doc(replay: int, recovery: int, when: datetime) -> dict[str, Any]:
     from gpufleet.probes.nvlink_errors import parse_nvlink_errors  # noqa: PLC0415
 
@@ -142,3 +172,53 @@ def test_nvlink_replays_rising_are_named_with_gpu_and_link() -> None:
     assert g.severity == "error" and g.evidence["deltas"] == {"recovery": 1}
     assert delta_findings(_nvlink_doc(12, 0, t1), _nvlink_doc(12, 0, T0)) == []
     assert delta_findings(_nvlink_doc(0, 0, t1), _nvlink_doc(12, 0, T0)) == []  # reset
+
+
+def test_mlxlink_ber_is_read_per_device_and_failures_say_why(tmp_path: Path) -> None:
+    ports = {"mlx5_0/1": {}, "mlx5_1/1": {}, "mlx5_2/1": {}, "mlx5_3/1": {
+        "state": "1: DOWN", "phys_state": "2: Polling"}}
+    facts = probe(tmp_path, ports, T0, {
+        "mlx5_0": {"ber": "15E-255", "raw": "3E-10", "color": True},
+        "mlx5_1": {"fail": "-E- Failed to open the device"}})
+    by = {link.device: link for link in facts.ib_links or ()}
+    assert (by["mlx5_0"].ber, by["mlx5_0"].raw_ber, by["mlx5_0"].ber_note) == (
+        "15E-255", "3E-10", None)
+    assert by["mlx5_1"].ber is None
+    assert by["mlx5_1"].ber_note == "mlxlink exit 1: -E- Failed to open the device"
+    assert by["mlx5_2"].ber_note == "mlxlink exit 1: -E- Failed to open device: mlx5_2"
+    assert by["mlx5_3"].ber_note == "port not ACTIVE"  # not asked: GF450's
+
+
+def test_hostile_mlxlink_lines_are_not_trusted() -> None:
+    from gpufleet.probes.ib import parse_mlxlink  # noqa: PLC0415
+
+    text = ("> Effective Physical BER : 1E-3\n"  # before any device line: nobody's
+            "device mlx5_0 rc=0\n"
+            "> Effective Physical BER : $(reboot)\n"
+            "device mlx5_9 rc=0\n"
+            "Effective Physical BER : 1E-3\n"  # unprefixed: not a line mlxlink printed
+            "> Raw Physical BER : 2E-5\n")
+    got = parse_mlxlink(text)
+    assert got["mlx5_0"] == {"note": "mlxlink printed no Effective Physical BER: "
+                                     "Effective Physical BER : $(reboot)"}
+    assert got["mlx5_9"] == {"raw_ber": "2E-5", "note": "mlxlink printed no Effective "
+                                                        "Physical BER: Raw Physical BER : 2E-5"}
+
+
+def test_mlxlink_is_asked_for_every_device_at_once(tmp_path: Path) -> None:
+    # mlxlink takes about a second per call on a real HCA; 4 devices whose stand-in sleeps 2 s
+    # each must cost one call's time (serially they would cost 8 s). Sleeping needs no CPU,
+    # so a loaded machine does not change this; the bound leaves the probe itself 4 s.
+    ports = {f"mlx5_{i}/1": {} for i in range(4)}
+    bindir = write_mlxlink(tmp_path / "bin", {f"mlx5_{i}": {"ber": "15E-255"} for i in range(4)})
+    script = bindir / "mlxlink"
+    script.write_text(script.read_text().replace("#!/bin/sh\n", "#!/bin/sh\nsleep 2\n", 1))
+    env = {**os.environ, **write_tree(tmp_path, ports), "PATH": f"{bindir}:{os.environ['PATH']}",
+           "GPUFLEET_SYS_PCI_DEVICES": str(tmp_path / "no-pci")}
+    start = time.monotonic()
+    out = subprocess.run(["sh", "-s", "--"], input=probe_script(), capture_output=True,
+                         text=True, env=env, timeout=120, check=False).stdout
+    elapsed = time.monotonic() - start
+    links = parse_probe_output(out, collected_at=T0.isoformat()).ib_links or ()
+    assert [link.ber for link in links] == ["15E-255"] * 4
+    assert elapsed < 6.0, f"the probe took {elapsed:.1f} s: mlxlink was asked one at a time"

@@ -56,6 +56,9 @@ def probe(name: str, image: str = IMAGE) -> tuple[Facts, float]:
         "GPUFLEET_SYS_PCI_DEVICES": str(profile / "sys_bus_pci_devices"),
         # Nor this machine's RDMA devices (ib_ports is empty).
         "GPUFLEET_SYS_CLASS_INFINIBAND": str(profile / "sys_class_infiniband"),
+        # Nor this machine's kernel modules (gdr is empty).
+        "GPUFLEET_SYS_MODULE": str(profile / "sys_module"),
+        "GPUFLEET_SYS_KERNEL_MM": str(profile / "sys_kernel_mm"),
         # Nor this machine's kernels: the profile's /boot, if it has one (absent: kernels None).
         "GPUFLEET_BOOT": str(profile / "boot"),
         "GPUFLEET_REBOOT_REQUIRED": str(profile / "reboot-required"),

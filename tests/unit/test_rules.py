@@ -15,6 +15,7 @@ from gpufleet.model import (
     DockerInfo,
     DriverInfo,
     FabricInfo,
+    GdrSupport,
     GpuNvLinks,
     GpuRecovery,
     IbLink,
@@ -269,6 +270,34 @@ CASES.update({
                              for h in ("gpu01", "gpu02")}), "gpu02"),
     "GF621": (lambda: fleet({"gpu02": {"smoke": {"transport": TransportRecord(
         "nccl init log", None, (NcclConnection(0, 1, "SHM/direct/direct", 24),))}}}), "gpu02"),
+})
+
+
+# GPUDirect RDMA (rules/fabric_gdr.py); the probe-level cases are tests/unit/test_fabric_gdr.py.
+_INBOX = GdrSupport(modules={"ib_core": ""})
+_PEERMEM = GdrSupport(modules={"ib_core": "", "nvidia_peermem": "580.159.04"},
+                      memory_peers={"nv_mem": "580.159.04"})
+_GDR_ROW = {"hca": "mlx5_0/1", "gpu": 0, "numa": 0, "rate_gbit": 400.0, "host": "gpu02",
+            "floor_gbit": 360.0, "basis": "published GDR floor for H200, at most 0.9 x the port"}
+_PLAIN_IB = TransportRecord("nccl init log", "IB", (NcclConnection(1, 2, "NET/IB", 1, 0, False),))
+CASES.update({
+    "GF461": (lambda: fleet({"gpu02": {"facts": {"ib_links": (dataclasses.replace(
+        _UP, ber="3E-7", raw_ber="4E-5"),)}}}), "gpu02"),
+    "GF462": (lambda: fleet({"gpu02": {"facts": {"ib_links": (dataclasses.replace(
+        _UP, ber="5E-11"),)}}}), "gpu02"),
+    "GF460": (lambda: fleet({"gpu02": {"facts": {
+        "ib_links": (_UP,), "gdr": _INBOX, "os": OsInfo(kernel="5.4.0-216-generic")}}}),
+        "gpu02"),
+    "GF622": (lambda: fleet({"gpu02": {"smoke": {"status": "fail", "checks": (SmokeCheck(
+        "gdr", False, "", {"hcas": [{**_GDR_ROW, "gbps": 201.1, "error": None}]}),)}}}),
+        "gpu02"),
+    "GF623": (lambda: fleet({h: {"facts": {"ib_links": (_UP,), "gdr": _PEERMEM},
+                                 "smoke": {"hosts": ("gpu01", "gpu02"), "transport": _PLAIN_IB}}
+                             for h in ("gpu01", "gpu02")}), "gpu02"),
+    "GF624": (lambda: fleet({"gpu02": {"smoke": {"status": "fail", "checks": (SmokeCheck(
+        "gdr", False, "", {"hcas": [{**_GDR_ROW, "gbps": None,
+                                     "error": "ib_write_bw did not finish in 32 s"}]}),)}}}),
+        "gpu02"),
 })
 
 

@@ -18,8 +18,11 @@ from gpufleet.engines.ansible import (
     report_from_results,
 )
 from gpufleet.engines.slurm.nodecheck import node_name, run_node_check, slurm_findings
+from gpufleet.history.counters import node_counters
 from gpufleet.history.store import RunStore, StoreError
 from gpufleet.inventory import ExpectError, load_expectations, node_spec
+from gpufleet.model import Report
+from gpufleet.redact import text
 from gpufleet.report import document, exit_code
 from gpufleet.report.pipeline import amend, summarized
 from gpufleet.rma import BundleError, write_bundle
@@ -61,6 +64,10 @@ def add_node_check(sub: Any) -> None:
     p.add_argument("--history", type=Path, metavar="DIR",
                    help="node-local run store: save each run there and escalate Xids over it "
                         "(GF430-GF432: repeats, the reboot limit) before draining")
+    p.add_argument("--counters", type=Path, metavar="FILE",
+                   help="node-local counter history: judge the RDMA and NVLink counter "
+                        "deltas against this node's recent runs kept in FILE, then record this "
+                        "run there")
     p.set_defaults(run=cmd_node_check)
 
 
@@ -91,9 +98,11 @@ def cmd_node_check(args: argparse.Namespace) -> int:
     if args.history is not None:
         from gpufleet.cli.saved import with_history  # noqa: PLC0415  (saved imports this module)
 
-        report, _ = with_history(report, args.history)
+        report, _ = with_history(report, args.history, deltas=args.counters is None)
     else:
         report = amend(report, escalate(document(report), [], limits_for(spec.expect)))
+    if args.counters is not None:
+        report = _with_counters(report, name, args.counters)
     if args.slurm_drain:
         # slurmd kills a health check after 60 s with SIGTERM: unwind (clear a pending breaker
         # claim in Slurm) instead of dying in the middle.
@@ -111,6 +120,17 @@ def cmd_node_check(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot save the run: {exc}") from exc
     Output(args.output).render(doc, args.format)
     return exit_code(report.findings, args.fail_on)
+
+
+def _with_counters(report: Report, name: str, path: Path) -> Report:
+    """The report with the counter deltas judged over the node-local history at `path`."""
+    try:
+        found, notes = node_counters(document(report), name, path, report.specs[name].expect)
+    except OSError as exc:
+        raise UsageError(f"cannot record the counters in {path}: {exc.strerror}") from exc
+    for note in notes:
+        print(f"gpufleet: counter history: {text(note)}", file=sys.stderr)
+    return amend(report, found)
 
 
 def add_rma_bundle(sub: Any) -> None:

@@ -24,7 +24,7 @@ from gpufleet.report.diff import diff_reports
 from gpufleet.report.history_text import render_history
 from gpufleet.report.pipeline import amend
 from gpufleet.rules.escalation import escalation_findings
-from gpufleet.rules.fabric_delta import delta_findings
+from gpufleet.rules.fabric_delta import store_deltas
 from gpufleet.rules.history import drift_findings
 
 
@@ -96,8 +96,10 @@ def _noted(store: RunStore) -> None:
     store.notes.clear()
 
 
-def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any]]:
-    """The report with the drift findings (GF52x) and its "history" member from the store."""
+def with_history(report: Report, store_dir: Path, *,
+                 deltas: bool = True) -> tuple[Report, dict[str, Any]]:
+    """The report with the drift findings (GF52x) and its "history" member from the store;
+    `deltas` False leaves the counter deltas to node-check's --counters."""
     store = RunStore(store_dir)
     try:
         entries = store.entries()
@@ -105,8 +107,8 @@ def with_history(report: Report, store_dir: Path) -> tuple[Report, dict[str, Any
         report = amend(report, [
             *drift_findings(doc, entries),
             *escalation_findings(doc, entries, store.load, report.specs),
-            *(delta_findings(doc, store.load(entries[-1]),
-                             {n: s.expect for n, s in report.specs.items()}) if entries else []),
+            *(store_deltas(doc, entries, store.load,
+                           {n: s.expect for n, s in report.specs.items()}) if deltas else []),
         ])
         doc = document(report)
         doc["history"] = history_section(doc, entries, store.load)

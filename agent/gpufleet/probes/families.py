@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpufleet.probes import (
     containers,
     fabric,
+    gdr,
     gpus,
     ib,
     kernel_log,
@@ -48,6 +49,7 @@ FAMILIES: tuple[Family, ...] = (
     kernels.KERNELS,
     recovery.GPU_RECOVERY,
     ib.IB_LINKS,
+    gdr.GDR,
     tmpdir.TMPDIR,
 )
 

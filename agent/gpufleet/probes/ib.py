@@ -11,6 +11,7 @@ The ib_links family below reads each port's state, counters, PKeys and RoCE netd
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -111,11 +112,75 @@ def parse_ib_links(text: str) -> tuple[IbLink, ...]:
     return tuple(sorted(links, key=lambda p: (p.device, int(p.port))))
 
 
+# ---------------------------------------------------------------------------------- mlxlink
+# `mlxlink -d DEV -c` (NVIDIA MFT / Mellanox/mstflint), text output. Shape from its source,
+# Mellanox/mstflint@fc9373e1 mlxlink/modules/mlxlink_commander.cpp (the "Physical Counters and
+# BER Info" section: "Effective Physical BER" and "Raw Physical BER" printed as
+# `COEF + "E-" + MAGNITUDE`, e.g. "15E-255", the value the firmware gives for no errors) and
+# printutil/mlxlink_cmd_print.cpp / mlxlink_record.cpp (a blank line, the title, dashes, then
+# `KEY` padded with `: ` to column PDDR_LINE_LEN and the value; a coloured value carries ANSI
+# escapes). DeepOps' check_ib_link_ber reads the same line (`cut -d : -f 2`).
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_DEVICE = re.compile(r"^device ([A-Za-z0-9_.:-]{1,64}) rc=([0-9]{1,3})$")
+_BER_LINE = re.compile(r"^(Effective|Raw) Physical BER\s*:\s*([0-9]{1,4}E-[0-9]{1,3})\s*$")
+MLXLINK_ABSENT = "mlxlink not installed"
+
+
+def parse_mlxlink(text: str) -> dict[str, dict[str, str]]:
+    """probe.sh's mlxlink section -> {device: {"ber"?, "raw_ber"?, "note"?}}; {"*": note} when
+    the tool is absent. Only the `> `-prefixed lines under a `device` line are mlxlink's."""
+    out: dict[str, dict[str, str]] = {}
+    dev: str | None = None
+    for raw in text.splitlines():
+        if raw.strip() == "mlxlink=absent":
+            return {"*": {"note": MLXLINK_ABSENT}}
+        if m := _DEVICE.match(raw.strip()):
+            dev = m.group(1)
+            out[dev] = {"rc": m.group(2)}
+            continue
+        if dev is None or not raw.startswith("> "):
+            continue
+        line = _ANSI.sub("", raw[2:]).strip()
+        if line:
+            out[dev]["last"] = line[:200]
+        if b := _BER_LINE.match(line):
+            out[dev]["ber" if b.group(1) == "Effective" else "raw_ber"] = b.group(2)
+    for got in out.values():
+        rc, last = got.pop("rc"), got.pop("last", None)
+        if "ber" not in got:
+            why = ("mlxlink did not finish in the tool timeout (killed)" if rc in ("124", "137")
+                   else f"mlxlink exit {rc}" if rc != "0"
+                   else "mlxlink printed no Effective Physical BER")
+            got["note"] = f"{why}: {last}" if last else why
+    return out
+
+
+def with_ber(links: tuple[IbLink, ...], mlx: dict[str, dict[str, str]] | None
+             ) -> tuple[IbLink, ...]:
+    """Each link with its device's BER, or the reason there is none."""
+    if mlx is None:
+        return links  # an older probe: not asked
+    out = []
+    for link in links:
+        got = mlx.get(link.device) or mlx.get("*")
+        if got is None:
+            got = {"note": "port not ACTIVE" if link.state != "ACTIVE"
+                   else "mlxlink gave nothing for this device"}
+        out.append(dataclasses.replace(link, ber=got.get("ber"), raw_ber=got.get("raw_ber"),
+                                       ber_note=got.get("note")))
+    return tuple(out)
+
+
+def _links(out: ProbeOutput, text: str) -> tuple[IbLink, ...]:
+    mlx = out.ok("mlxlink")
+    return with_ber(parse_ib_links(text), None if mlx is None else parse_mlxlink(mlx))
+
+
 def build_ib_links(out: ProbeOutput) -> dict[str, Any]:
     text = out.ok("ib_links")
-    return {"ib_links": None if text is None else out.safe("ib_links", None, parse_ib_links,
+    return {"ib_links": None if text is None else out.safe("ib_links", None, _links, out,
                                                           text)}
 
 
-IB_LINKS = Family("ib_links", sections=("ib_links",), errors=("ib_links",),
+IB_LINKS = Family("ib_links", sections=("ib_links", "mlxlink"), errors=("ib_links",),
                   fields=("ib_links",), build=build_ib_links)

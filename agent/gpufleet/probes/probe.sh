@@ -8,8 +8,8 @@
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
 # GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
 # /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband, GPUFLEET_SYS_CLASS_NET
-# /sys/class/net, GPUFLEET_BOOT /boot and GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required; only
-# tests set them.
+# /sys/class/net, GPUFLEET_BOOT /boot, GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required,
+# GPUFLEET_SYS_MODULE /sys/module and GPUFLEET_SYS_KERNEL_MM /sys/kernel/mm; only tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -32,6 +32,8 @@ ib=${GPUFLEET_SYS_CLASS_INFINIBAND:-/sys/class/infiniband}
 boot=${GPUFLEET_BOOT:-/boot}
 reboot_flag=${GPUFLEET_REBOOT_REQUIRED:-/var/run/reboot-required}
 net=${GPUFLEET_SYS_CLASS_NET:-/sys/class/net}
+sysmod=${GPUFLEET_SYS_MODULE:-/sys/module}
+sysmm=${GPUFLEET_SYS_KERNEL_MM:-/sys/kernel/mm}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -298,6 +300,60 @@ emit ib_ports 0
 } >"$tmp/out" 2>/dev/null </dev/null
 : >"$tmp/err"
 emit ib_links 0
+
+# mlxlink's BER of each RDMA device with an ACTIVE port (probes/ib.py has the format's source):
+# `device DEV rc=N`, then each line it printed prefixed `> ` (so a host line cannot pass for a
+# `device` line); `mlxlink=absent` without the tool. The devices are asked at once (mlxlink
+# reads several registers per call: about a second), so 8 HCAs cost one call's time, not 8.
+{
+    if command -v mlxlink >/dev/null 2>&1; then
+        devs=
+        for f in "$ib"/*/ports/*/state; do
+            [ -r "$f" ] && read -r v <"$f" || continue
+            case $v in *ACTIVE) ;; *) continue ;; esac
+            d=${f%/ports/*}; d=${d##*/}
+            case $d in '' | -* | *[!A-Za-z0-9_.:-]*) continue ;; esac
+            case " $devs " in *" $d "*) continue ;; esac
+            devs="$devs $d"
+            { $to mlxlink -d "$d" -c >"$tmp/ml.$d" 2>&1 </dev/null; echo "$?" >"$tmp/rc.$d"; } &
+        done
+        wait
+        for d in $devs; do
+            read -r v <"$tmp/rc.$d" || v=?
+            printf 'device %s rc=%s\n' "$d" "$v"
+            n=0
+            while IFS= read -r l && [ "$n" -lt 200 ]; do
+                printf '> %s\n' "$l"
+                n=$((n + 1))
+            done <"$tmp/ml.$d"
+        done
+    else
+        echo mlxlink=absent
+    fi
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit mlxlink 0
+
+# GPUDirect RDMA's kernel paths (probes/gdr.py has the sources): `module NAME VERSION` for each
+# peer-memory or RDMA core module sysfs lists, `memory_peer NAME VERSION` for each peer-memory
+# client registered with ib_core (/sys/kernel/mm/memory_peers, MLNX_OFED's API); VERSION is the
+# module's own version file, empty where it has none.
+{
+    for m in nvidia_peermem nv_peer_mem ib_core ib_uverbs; do
+        [ -d "$sysmod/$m" ] || continue
+        v=
+        [ -r "$sysmod/$m/version" ] && read -r v <"$sysmod/$m/version"
+        printf 'module %s %s\n' "$m" "$v"
+    done
+    for d in "$sysmm"/memory_peers/*; do
+        [ -d "$d" ] || continue
+        v=
+        [ -r "$d/version" ] && read -r v <"$d/version"
+        printf 'memory_peer %s %s\n' "${d##*/}" "$v"
+    done
+} >"$tmp/out" 2>/dev/null </dev/null
+: >"$tmp/err"
+emit gdr 0
 
 section toolkit nvidia-ctk --version
 section docker_info docker info --format '{"ServerVersion":{{json .ServerVersion}},"DefaultRuntime":{{json .DefaultRuntime}},"Runtimes":{{json .Runtimes}},"RuncCommit":{{json .RuncCommit}},"Authz":{{json .Plugins.Authorization}}}'

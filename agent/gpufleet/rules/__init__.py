@@ -15,6 +15,7 @@ from gpufleet.rules import (
     desired,
     drift,
     fabric,
+    fabric_gdr,
     faults,
     hardware,
     links,
@@ -33,7 +34,7 @@ from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 __all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
 
 MODULES = (state, tmpdir, desired, drift, compat, security, hardware, faults, perf, smoke, links,
-           nccl, deep, workspace_rules, wedged, fabric)
+           nccl, deep, workspace_rules, wedged, fabric, fabric_gdr)
 
 
 def sort_findings(findings: list[Finding] | tuple[Finding, ...]) -> tuple[Finding, ...]:

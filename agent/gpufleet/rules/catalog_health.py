@@ -276,4 +276,38 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                      "packets, recoveries are the link retraining. Error when recoveries rose. "
                      "Threshold Δ>0, Meta GCM's default of 0 tolerated errors.",
              doc_fill={"gpu": "N", "link": "K", "words": "the counters that rose"}),
+    # GF46x: GPUDirect RDMA on the host (rules/fabric_gdr.py; the sysfs paths and their sources
+    # in probes/gdr.py)
+    RuleInfo("GF460", "warning", "no GPUDirect RDMA path on a host with GPUs and RDMA ports",
+             "give {host}'s HCAs a way into GPU memory: the open GPU kernel modules on a 5.12+ "
+             "kernel for DMA-BUF (NVIDIA's recommendation; inventory "
+             "`nvidia_driver_kernel_modules: open`, then `ansible-playbook "
+             "gpufleet.gpu.upgrade_driver -l {host}`), or MLNX_OFED/DOCA-OFED and `modprobe "
+             "nvidia_peermem`; now: {why}",
+             meaning="A host with GPUs and an ACTIVE RDMA port where neither GPUDirect RDMA path "
+                     "exists: no peer-memory client registered with ib_core "
+                     "(/sys/kernel/mm/memory_peers/nv_mem, what nvidia_peermem or nv_peer_mem "
+                     "registers under MLNX_OFED; NCCL's ncclIbGdrSupport) and no DMA-BUF "
+                     "(needs the open GPU kernel modules and Linux 5.12+). NCCL then stages "
+                     "every network transfer through host memory; it still runs, slower.",
+             doc_fill={"why": "what is missing"}),
+    # GF461-GF462: a port's bit error rate as mlxlink reads it (rules/fabric.py)
+    RuleInfo("GF461", "error", "RDMA port's effective bit error rate too high",
+             "drain {host} from multi-host jobs and replace the cable or transceiver of {nic} "
+             "(`mlxlink -d {dev} -m -c` names the module and its lanes); effective BER {ber}",
+             meaning="mlxlink's Effective Physical BER (after FEC) of an ACTIVE port has a "
+                     "negative exponent below 9 (1E-8 or worse): DeepOps' NHC check "
+                     "check_ib_link_ber (NVIDIA/deepops roles/nhc/files/deepops.nhc) fails the "
+                     "node at that exponent.",
+             doc_fill={"nic": "the port", "dev": "DEV", "ber": "B"}),
+    RuleInfo("GF462", "warning", "RDMA port's effective bit error rate above its threshold",
+             "watch {nic} on {host}: `mlxlink -d {dev} -c` again after load, and plan the "
+             "cable or transceiver swap; effective BER {ber}, threshold {threshold}",
+             meaning="mlxlink's Effective Physical BER of an ACTIVE port is above 1E-12 but not "
+                     "yet GF461's 1E-8: ibdiagnet's BER test threshold (10^-12 by default, "
+                     "NVIDIA's ibdiagnet manual, Bit Error Rate), the IBTA rate NVSentinel's "
+                     "symbol-error threshold comes from. The raw (pre-FEC) BER is recorded, "
+                     "not judged: no published threshold for it was found. Inventory "
+                     "`gpufleet_ib_ber_exponent` (N: 1E-N) moves the threshold.",
+             doc_fill={"nic": "the port", "dev": "DEV", "ber": "B", "threshold": "1E-12"}),
 )

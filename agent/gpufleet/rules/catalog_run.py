@@ -126,6 +126,36 @@ RUN_RULES: tuple[RuleInfo, ...] = (
                      "shows joined by NVLink through `SHM` instead of `P2P`: about a tenth of "
                      "the bandwidth (27 vs 346 GB/s on the captured 2xH200, "
                      "tests/fixtures/h200x2-2026-11-30/README.md)."),
+    RuleInfo("GF622", "error", "GPUDirect RDMA bandwidth of an HCA below its floor",
+             "check {hca} on {host}: its port rate and PCIe link (`mlxlink -d {dev}`, `lspci "
+             "-vv`), that GPU {gpu} and the HCA share a PCIe switch (`nvidia-smi topo -m`) and "
+             "ACS is off on it; then rerun `gpufleet smoke -l {host} --level full`: "
+             "{gbps} Gb/s, floor {floor} Gb/s ({basis})",
+             meaning="The full level's `gdr` check (a NUMA-pinned loopback `ib_write_bw "
+                     "--use_cuda` per ACTIVE HCA, smoke/remote/gdr.py) measured less than the "
+                     "floor: the published per-HCA GPUDirect floors (Azure's "
+                     "azurehpc-health-checks: H100 > 380, H200 > 360, A100 > 180 Gb/s), never "
+                     "above 0.9 x the port's rate.",
+             doc_fill={"hca": "the HCA", "dev": "DEV", "gpu": "N", "gbps": "B", "floor": "F",
+                       "basis": "the floor's basis"}),
+    RuleInfo("GF623", "error", "multinode world used InfiniBand without GPUDirect RDMA",
+             "find what keeps NCCL off GPUDirect on {host} ({cause}); then rerun `gpufleet "
+             "smoke --multinode -l {host}` and check that its NET/IB connections say GDRDMA",
+             meaning="A multinode NCCL world ran NET/IB connections without `/GDRDMA` although "
+                     "every host of it has a GPUDirect RDMA path (a peer-memory client "
+                     "registered with ib_core, or DMA-BUF). The likely cause is named: "
+                     "NCCL_NET_GDR_LEVEL or NCCL_DMABUF_ENABLE=0 in a file or the environment, "
+                     "else the GPU and HCA farther apart on PCIe than NCCL_NET_GDR_LEVEL "
+                     "allows (default PXB).",
+             doc_fill={"cause": "the cause found"}),
+    RuleInfo("GF624", "warning", "GPUDirect RDMA bandwidth test failed on an HCA",
+             "run the loopback by hand on {host}: `ib_write_bw -d {dev} --use_cuda={gpu} "
+             "--report_gbits` and the same with `localhost` in a second shell; {error}",
+             meaning="The `gdr` check's `ib_write_bw --use_cuda` loopback on an ACTIVE HCA "
+                     "did not report a bandwidth (the client could not connect, the CUDA "
+                     "buffer could not be registered, or it did not finish): that HCA's "
+                     "GPUDirect bandwidth is unknown.",
+             doc_fill={"dev": "DEV", "gpu": "N", "error": "the tool's last line"}),
     # ---------------------------------------------------------------- GF53x deeper checks
     # (smoke/remote/deep.py; {fix} is what the script chose from what it measured)
     RuleInfo("GF530", "warning", "pinned host-device bandwidth below the GPU's PCIe link",

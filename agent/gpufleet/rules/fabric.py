@@ -1,14 +1,17 @@
-"""GF450-GF452 and GF620-GF621: the fabric in one run, from each RDMA port's sysfs facts
-(Facts.ib_links, Facts.ib_ports) and each smoke world's transport record.
+"""GF450-GF452, GF461-GF462 and GF620-GF621: the fabric in one run, from each RDMA port's sysfs
+facts (Facts.ib_links, Facts.ib_ports) and each smoke world's transport record.
 
 A port down (GF450), a port below the rate of its peers on the host (GF451), PKeys that differ
-inside an inventory group (GF452); a multinode world that ran over sockets on hosts with RDMA
-ports up (GF620), NVLink GPUs that talked through shared memory (GF621). The counters, which
-only mean something as deltas between runs, are rules/fabric_delta.py's (GF455-GF459).
+inside an inventory group (GF452), a port's effective bit error rate from mlxlink (GF461 at
+DeepOps' 1E-8, GF462 above ibdiagnet's 1E-12); a multinode world that ran over sockets on
+hosts with RDMA ports up (GF620), NVLink GPUs that talked through shared memory (GF621). The
+counters, which only mean something as deltas between runs, are rules/fabric_delta.py's
+(GF455-GF459).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -17,7 +20,11 @@ from gpufleet.model import Facts, Finding, IbLink, SmokeResult
 from gpufleet.rules.base import Ctx, finding
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
-RULES: tuple[str, ...] = ("GF450", "GF451", "GF452", "GF620", "GF621")
+RULES: tuple[str, ...] = ("GF450", "GF451", "GF452", "GF461", "GF462", "GF620", "GF621")
+
+_BER = re.compile(r"^([0-9]{1,4})E-([0-9]{1,3})$")  # mlxlink's COEF "E-" MAGNITUDE
+BER_DEEPOPS_EXPONENT = 9  # check_ib_link_ber: fail below this negative exponent
+BER_WARN_EXPONENT = 12  # ibdiagnet's default BER threshold, 1E-12 (gpufleet_ib_ber_exponent)
 
 
 
@@ -41,6 +48,9 @@ def check(ctx: Ctx) -> Iterable[Finding]:
                      "link_layer": link.link_layer},
                     nic=nic(link), dev=link.device, port=link.port)
         yield from _slow_ports(host.name, facts.ib_ports or (), links)
+        spec = ctx.report.specs.get(host.name)
+        exponent = spec.expect.ib_ber_exponent if spec and spec.expect else None
+        yield from _ber(host.name, links, exponent or BER_WARN_EXPONENT)
         keys = tuple(sorted({k for link in links for k in link.pkeys}))
         if keys:
             for group in ctx.groups(host.name):
@@ -50,6 +60,29 @@ def check(ctx: Ctx) -> Iterable[Finding]:
     by_name = {h.name: f for h, f in ctx.with_facts()}
     for host, smoke in ctx.with_smoke():
         yield from _transport(host.name, smoke, by_name)
+
+
+def _ber(host: str, links: Sequence[IbLink], warn_exponent: int) -> Iterable[Finding]:
+    """GF461/GF462 from mlxlink's Effective Physical BER of each ACTIVE port."""
+    limit = 10.0 ** -warn_exponent
+    for link in links:
+        m = _BER.match(link.ber or "")
+        if not m or link.state != "ACTIVE":
+            continue
+        exponent = int(m.group(2))
+        value = int(m.group(1)) * 10.0 ** -exponent
+        evidence = {"nic": nic(link), "effective_ber": link.ber, "raw_ber": link.raw_ber,
+                    "value": value, "source": "mlxlink -c"}
+        if exponent < BER_DEEPOPS_EXPONENT:
+            yield finding("GF461", [host], f"{host}: {nic(link)} effective BER {link.ber} "
+                          f"(exponent {exponent} < {BER_DEEPOPS_EXPONENT})",
+                          {**evidence, "threshold": f"exponent >= {BER_DEEPOPS_EXPONENT}"},
+                          nic=nic(link), dev=link.device, ber=link.ber)
+        elif value > limit:
+            yield finding("GF462", [host], f"{host}: {nic(link)} effective BER {link.ber} "
+                          f"above 1E-{warn_exponent}", {**evidence, "threshold": limit},
+                          nic=nic(link), dev=link.device, ber=link.ber,
+                          threshold=f"1E-{warn_exponent}")
 
 
 # ---------------------------------------------------------------------------- transports

@@ -1,7 +1,8 @@
 """GF455-GF459: RDMA and NVLink error counters as deltas between two runs.
 
 Counters only mean something as a rate, so these rules take two report documents of the same
-hosts (the run store's last run and this one: cli/saved.py, `--save DIR`): a fatal counter that
+hosts (each host's newest saved run and this one: cli/saved.py, `--save DIR`; or a sample of
+node-check's counter history, history/counters.py): a fatal counter that
 rose at all (GF455), symbol errors per hour (GF456), non-fatal error rates (GF457), RoCE carrier
 flaps per 24 h (GF458), an NVLink replay/recovery/CRC counter that rose (GF459). A counter that
 went down was reset (driver reload, reboot): that port is not judged for that pair of runs.
@@ -19,7 +20,7 @@ azurehpc-health-checks check_ib_link_flapping for flaps (5 in 24 h), Meta GCM's 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +30,10 @@ from gpufleet.rules.fabric import nic
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF455", "GF456", "GF457", "GF458", "GF459")
+# Which window each is about, for a history of many runs (history/counters.py): a rise at all
+# or a count per 24 h, against the window's start; a rate, against about an hour ago.
+WINDOW_RULES = ("GF455", "GF458", "GF459")
+RATE_RULES = ("GF456", "GF457")
 
 FATAL = (("counters", "link_downed"), ("counters", "local_link_integrity_errors"),
          ("counters", "excessive_buffer_overrun_errors"), ("hw_counters", "rnr_nak_retry_err"))
@@ -86,6 +91,27 @@ def delta_findings(doc: Mapping[str, Any], previous: Mapping[str, Any],
                 out.extend(_port_deltas(host, name, before[name], link, hours=hours,
                                         since=since, limits=(expect or {}).get(host)))
         out.extend(_nvlink_deltas(host, _nvlink(old), _nvlink(hdoc), hours, since))
+    return out
+
+
+def store_deltas(doc: Mapping[str, Any], entries: Sequence[Mapping[str, Any]],
+                 load: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+                 expect: Mapping[str, Expectations] | None = None) -> list[Finding]:
+    """delta_findings for each host of `doc` against the newest run of the store that has it
+    (`entries`: the store's index, oldest first; `load` reads one run), not just the store's
+    last run: a `check --save -l gpu02` between two checks of gpu01 must not blind gpu01."""
+    raw = doc.get("hosts")
+    hosts: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    by_entry: dict[int, list[str]] = {}
+    for host in sorted(hosts):
+        for i in range(len(entries) - 1, -1, -1):
+            if host in (entries[i].get("hosts") or {}):
+                by_entry.setdefault(i, []).append(host)
+                break
+    out: list[Finding] = []
+    for i, names in sorted(by_entry.items()):
+        part = {**doc, "hosts": {h: hosts[h] for h in names}}
+        out += delta_findings(part, load(entries[i]), expect)
     return out
 
 

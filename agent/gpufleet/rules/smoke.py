@@ -8,6 +8,7 @@ from gpufleet.model import Finding
 from gpufleet.rules.base import Ctx, finding
 from gpufleet.rules.catalog import SMOKE_HINTS
 from gpufleet.rules.deep import DEEP_CHECKS, names_a_rule
+from gpufleet.rules.fabric_gdr import judged as gdr_judged
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF601", "GF602", "GF603")
@@ -23,6 +24,7 @@ def check(ctx: Ctx) -> Iterator[Finding]:
             # a deeper check's named problems are rules/deep.py's, its crash is GF601 here.
             if (not c.passed
                     and not (c.name in DEEP_CHECKS and names_a_rule(c))
+                    and not gdr_judged(c)  # its HCAs are GF622/GF624 (rules/fabric_gdr.py)
                     and not (c.name == "busbw" and c.data.get("basis") == "expectation")):
                 yield finding("GF601", world, f"{label}: smoke check {c.name} failed: {c.detail}",
                               {"check": c.name, "detail": c.detail, "data": dict(c.data),
