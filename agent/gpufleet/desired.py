@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Kind = Literal["text", "int", "number", "flag", "workspaces"]
+Kind = Literal["text", "int", "number", "flag", "workspaces", "floors"]
 
 AGENT = "agent"  # the scope of a variable only gpufleet reads (no role declares it)
 
@@ -77,6 +77,9 @@ VARS: tuple[Var, ...] = (
         "GF456's threshold: RDMA symbol errors per hour between runs (default 120)"),
     Var("gpufleet_ib_flaps_per_day", "ib_flaps_per_day", "number", (AGENT,),
         "GF458's threshold: RoCE link losses per 24 h between runs (default 5)"),
+    Var("gpufleet_perf_floors", "perf_floors", "floors", (AGENT,),
+        "floors over the SKU catalog's, by metric (matmul_tflops[.dtype], hbm_gbps, p2p_gbps, "
+        "nic_gbps); host vars replace group vars (docs/expectations.md)"),
 )
 
 NAMES: frozenset[str] = frozenset(v.name for v in VARS)

@@ -159,7 +159,7 @@ def check_sku(ctx: Ctx) -> Iterator[Finding]:
         s = h.smoke
         if s is None or s.backend == "gloo":
             continue
-        for e in sku_expect.host_expectations(f, s):
+        for e in sku_expect.host_expectations(f, s, ctx.expect(h.name).perf_floors):
             if e.metric in SKU_RULES and e.measured is not None and e.measured < e.floor:
                 yield _slow(h, f, e)
         for g in f.gpus:

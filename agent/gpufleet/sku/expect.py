@@ -13,11 +13,13 @@ A GPU the catalog does not know gets no line (rules/perf.py reports "no referenc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpufleet import bandwidth, sku
 from gpufleet.model import Expected, Facts, Gpu, SmokeResult
+from gpufleet.sku.floors import override_key
 
 DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8", "fp64")
 
@@ -172,13 +174,26 @@ def _busbw_line(f: Facts, s: SmokeResult | None) -> Iterator[Expected]:
                    bytes=size, measured=round(float(got), 1) if got is not None else None)
 
 
-def host_expectations(f: Facts | None, s: SmokeResult | None = None) -> tuple[Expected, ...]:
-    """Every expectation for the host (facts alone at --level facts), measured where smoked."""
+def _overridden(e: Expected, floors: Mapping[str, float] | None) -> Expected:
+    key = override_key(e.metric, e.dtype, floors)
+    if key is None or floors is None:
+        return e
+    return dataclasses.replace(
+        e, floor=floors[key],
+        source=f"floor {floors[key]:g} from the inventory (gpufleet_perf_floors {key}; the "
+               f"catalog's was {e.floor:g}); {e.source}",
+        basis=f"{e.basis}; floor overridden by gpufleet_perf_floors {key}")
+
+
+def host_expectations(f: Facts | None, s: SmokeResult | None = None,
+                      floors: Mapping[str, float] | None = None) -> tuple[Expected, ...]:
+    """Every expectation for the host (facts alone at --level facts), measured where smoked;
+    `floors` (the host's gpufleet_perf_floors) replaces the catalog's floor per metric."""
     if f is None or not f.gpus:
         return ()
     out = [e for g in f.gpus for e in _gpu_lines(f, s, g)]
     out += list(_busbw_line(f, s))
-    return tuple(out)
+    return tuple(_overridden(e, floors) for e in out)
 
 
 def unknown_models(f: Facts) -> list[str]:
