@@ -37,8 +37,11 @@ from gpufleet.probes.gpus import THROTTLE_BITS, decode_throttle_mask
 from gpufleet.rules import RULES, evaluate, reference
 from gpufleet.rules.escalation import RULES as ESCALATION_RULES
 from gpufleet.rules.fabric_delta import RULES as DELTA_RULES
-from gpufleet.rules.history import RULES as HISTORY_RULES
+from gpufleet.rules.history import RULES as DRIFT_RULES
+from gpufleet.rules.lkg import RULES as LKG_RULES
 from gpufleet.rules.slurm import RULES as SLURM_RULES
+
+HISTORY_RULES = DRIFT_RULES + LKG_RULES  # judged against the run store (--save DIR)
 
 DRV_OTHER = DriverInfo(version="580.95.05", kernel_module_version="580.95.05",
                        kernel_module_flavor="open", cuda_version="13.0")
@@ -293,7 +296,7 @@ CASES.update({
 
 
 def test_every_rule_has_a_firing_case() -> None:
-    # History rules fire against saved runs: tests/unit/test_history.py.
+    # History rules fire against saved runs: tests/unit/test_history.py, tests/unit/test_lkg.py.
     # GF9xx record what node-check did in Slurm (tests/unit/test_slurm_plan.py fires them).
     # GF43x escalate over the run store (tests/unit/test_escalation.py fires them); GF455-GF459
     # compare counters with the store's last run (tests/unit/test_fabric_rules.py).

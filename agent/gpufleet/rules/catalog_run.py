@@ -69,6 +69,19 @@ RUN_RULES: tuple[RuleInfo, ...] = (
                      "processes on a GPU other than the smoke's own rank (a run with --force on a "
                      "busy host, or a process that started meanwhile). Evidence: each process's "
                      "pid, name and memory."),
+    RuleInfo("GF546", "warning", "a measured value fell below the host's own known-good runs",
+             "{host}'s {line} lost {drop} since its good run of {since}: see what changed with "
+             "`gpufleet history --store DIR {host}`; check clocks, power and links: "
+             "`nvidia-smi -q -d PERFORMANCE,CLOCK,POWER -i {gpu}`; rerun "
+             "`gpufleet check --level full -l {host}`",
+             meaning="Needs a run store (`--save DIR`; rules/lkg.py). A line of "
+                     "hosts.<name>.expectations other than busbw (GF520) and the bf16 matmul "
+                     "(GF521): GEMM per dtype, HBM, host<->device copies, NVLink per-link rate, "
+                     "P2P copies, NIC rate. Its measured value is more than 10 % below the median "
+                     "of the same line in the host's last (up to 10) known-good runs measured "
+                     "alike, whether or not it is above the SKU floor. Evidence: measured, "
+                     "baseline, drop, the SKU floor and expected, the runs.",
+             doc_fill={"line": "LINE", "drop": "N %", "since": "DATE", "gpu": "GPU"}),
     # GF520-GF529: against the host's own history (rules/history.py), with --save DIR.
     RuleInfo("GF520", "warning", "bus bandwidth drifted below the host's own baseline",
              "{host} lost {drop} of its busbw since its good run of {since}: see what changed with "
