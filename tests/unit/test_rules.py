@@ -290,6 +290,9 @@ CASES.update({
     "GF542": (lambda: fleet({"gpu02": {"facts": {"gpus": (gpu(0, name="NVIDIA X9000"),)}}}),
               "gpu02"),
     "GF543": (lambda: fleet({"gpu02": {"smoke": {"checks": (_GEMM_COTENANT,)}}}), "gpu02"),
+    "GF545": (lambda: fleet({"gpu02": {"facts": {"ib_ports": (
+        IbPort("mlx5_0", "1", "400 Gb/sec (4X NDR)", 400.0),
+        IbPort("mlx5_1", "1", "100 Gb/sec (4X EDR)", 100.0))}}}), "gpu02"),
     "GF415": (lambda: fleet({"gpu02": {"facts": {"gpus": (), "errors": {
         "nvidia_smi": "nvidia-smi hung (no answer in 10 s)"}}}}), "gpu02"),
 })
