@@ -1,8 +1,9 @@
 """GF5xx: bandwidth and compute against an explicit floor, the SKU catalog and the fleet baseline.
 
-SKU catalog (GF540-GF543, GF545 RDMA ports, gpufleet/sku): every GEMM and HBM value the smoke measured is judged on
+SKU catalog (GF540-GF543, gpufleet/sku): every GEMM and HBM value the smoke measured is judged on
 its own host against catalog peak x efficiency ratio (sku/expect.py); a value below its floor
-names the likely cause from the run's nvidia-smi sample and the facts (sku/causes.py).
+names the likely cause from the run's nvidia-smi sample and the facts (sku/causes.py). GF545: the
+host's RDMA ports against its SKU's rate, from the facts alone.
 
 Fleet baseline: median and MAD of hosts with the same GPU model, topology and world size
 (published fixed thresholds differ by topology and NVLS; REFERENCE.md). A host is an outlier when
