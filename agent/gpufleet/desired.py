@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Kind = Literal["text", "int", "number", "flag", "workspaces"]
+Kind = Literal["text", "int", "number", "flag", "workspaces", "floors"]
 
 AGENT = "agent"  # the scope of a variable only gpufleet reads (no role declares it)
 
@@ -79,6 +79,9 @@ VARS: tuple[Var, ...] = (
         "GF458's threshold: RoCE link losses per 24 h between runs (default 5)"),
     Var("gpufleet_ib_ber_exponent", "ib_ber_exponent", "int", (AGENT,),
         "GF462's threshold: a port's effective BER must stay below 1E-N (default 12)"),
+    Var("gpufleet_perf_floors", "perf_floors", "floors", (AGENT,),
+        "floors over the SKU catalog's, by metric (matmul_tflops[.dtype], hbm_gbps, p2p_gbps, "
+        "nic_gbps); host vars replace group vars (docs/expectations.md)"),
 )
 
 NAMES: frozenset[str] = frozenset(v.name for v in VARS)

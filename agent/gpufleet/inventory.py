@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from gpufleet import desired
 from gpufleet.files import FileError, read_parsed
 from gpufleet.model import Expectations, HostSpec
+from gpufleet.sku.floors import perf_floors
 
 T = TypeVar("T")
 
@@ -213,6 +214,14 @@ class _Vars:
             return self.flag(v.name)
         if v.kind == "workspaces":
             return _workspaces(self.var(v.name), self.text("pytorch_image_digest"))
+        if v.kind == "floors":
+            value = self.var(v.name)
+            if value is None or value == "":
+                return None
+            try:
+                return perf_floors(value)
+            except ValueError as exc:
+                raise InventoryError(f"{self.name}: {v.name}: {exc}") from None
         return self.text(v.name)
 
 

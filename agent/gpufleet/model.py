@@ -73,6 +73,9 @@ class Expectations:
     # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
     # pytorch_image_digest); None: the host declares no workspaces
     workspaces: Mapping[str, str | None] | None = None
+    # gpufleet_perf_floors: metric key ("hbm_gbps", "matmul_tflops.bf16") -> floor over the SKU
+    # catalog's (sku/expect.py: override_key); None: the catalog's floors
+    perf_floors: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -147,3 +147,9 @@ def test_each_host_carries_its_expectations_from_the_facts_alone(report: dict[st
     pair = report["hosts"]["gpu-ok-1"]["expectations"]
     [busbw2] = [e for e in pair if e["metric"] == "allreduce_busbw_gbps"]
     assert (busbw2["expected"], busbw2["floor"]) == (343.7, 275.0)
+    # GPU<->GPU copies over NVLink: 18 x 26.562 GB/s x 0.92, floor at Azure's 335 (skus.json);
+    # nothing measures the matrix yet, so measured stays empty
+    for host, gpus in (("hgx-ok-1", 8), ("gpu-ok-1", 2)):
+        p2p = [e for e in report["hosts"][host]["expectations"] if e["metric"] == "p2p_gbps"]
+        assert [(e["gpu"], e["expected"], e["floor"], e["measured"]) for e in p2p] == [
+            (g, 439.9, 334.3, None) for g in range(gpus)], host

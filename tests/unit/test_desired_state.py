@@ -33,8 +33,8 @@ def test_every_expectations_field_has_exactly_one_variable() -> None:
     fields = [f.name for f in dataclasses.fields(Expectations)]
     assert sorted(v.field for v in desired.VARS) == sorted(fields)
     # 14 the old allow-lists had, + 4, + 3 Xid escalation limits (issue 26), + 2 RDMA counter
-    # thresholds and 1 BER threshold (issue 27)
-    assert len(desired.NAMES) == len(desired.VARS) == 24
+    # thresholds and 1 BER threshold (issue 27), + gpufleet_perf_floors (issue 25)
+    assert len(desired.NAMES) == len(desired.VARS) == 25
 
 
 def test_healthcheck_role_lists_the_table() -> None:
@@ -63,7 +63,8 @@ def test_every_scope_role_exists() -> None:
 
 def test_the_expectations_file_takes_every_variable(tmp_path: Path) -> None:
     values: dict[str, Any] = {"text": "x", "int": 3, "number": 2.5, "flag": True,
-                              "workspaces": [WORKSPACE]}  # fmt: skip
+                              "workspaces": [WORKSPACE],
+                              "floors": {"hbm_gbps": 1900.0}}  # fmt: skip
     path = tmp_path / "expect.yml"
     path.write_text(yaml.safe_dump({v.name: values[v.kind] for v in desired.VARS}))
     expect = node_spec("n1", load_expectations(path)).expect

@@ -38,8 +38,11 @@ from gpufleet.probes.gpus import THROTTLE_BITS, decode_throttle_mask
 from gpufleet.rules import RULES, evaluate, reference
 from gpufleet.rules.escalation import RULES as ESCALATION_RULES
 from gpufleet.rules.fabric_delta import RULES as DELTA_RULES
-from gpufleet.rules.history import RULES as HISTORY_RULES
+from gpufleet.rules.history import RULES as DRIFT_RULES
+from gpufleet.rules.lkg import RULES as LKG_RULES
 from gpufleet.rules.slurm import RULES as SLURM_RULES
+
+HISTORY_RULES = DRIFT_RULES + LKG_RULES  # judged against the run store (--save DIR)
 
 DRV_OTHER = DriverInfo(version="580.95.05", kernel_module_version="580.95.05",
                        kernel_module_flavor="open", cuda_version="13.0")
@@ -316,13 +319,16 @@ CASES.update({
     "GF542": (lambda: fleet({"gpu02": {"facts": {"gpus": (gpu(0, name="NVIDIA X9000"),)}}}),
               "gpu02"),
     "GF543": (lambda: fleet({"gpu02": {"smoke": {"checks": (_GEMM_COTENANT,)}}}), "gpu02"),
+    "GF545": (lambda: fleet({"gpu02": {"facts": {"ib_ports": (
+        IbPort("mlx5_0", "1", "400 Gb/sec (4X NDR)", 400.0),
+        IbPort("mlx5_1", "1", "100 Gb/sec (4X EDR)", 100.0))}}}), "gpu02"),
     "GF415": (lambda: fleet({"gpu02": {"facts": {"gpus": (), "errors": {
         "nvidia_smi": "nvidia-smi hung (no answer in 10 s)"}}}}), "gpu02"),
 })
 
 
 def test_every_rule_has_a_firing_case() -> None:
-    # History rules fire against saved runs: tests/unit/test_history.py.
+    # History rules fire against saved runs: tests/unit/test_history.py, tests/unit/test_lkg.py.
     # GF9xx record what node-check did in Slurm (tests/unit/test_slurm_plan.py fires them).
     # GF43x escalate over the run store (tests/unit/test_escalation.py fires them); GF455-GF459
     # compare counters with the store's last run (tests/unit/test_fabric_rules.py).

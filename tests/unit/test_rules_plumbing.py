@@ -22,6 +22,7 @@ import gpufleet.rules
 from gpufleet.rules import MODULES, RULES, fabric_delta
 from gpufleet.rules import escalation as escalation_rules
 from gpufleet.rules import history as history_rules
+from gpufleet.rules import lkg as lkg_rules
 from gpufleet.rules import slurm as slurm_rules
 from gpufleet.rules.base import Ctx
 
@@ -65,7 +66,8 @@ def test_each_rule_module_is_run() -> None:
     # rules.slurm judges what node-check --slurm-drain did in Slurm, so node-check calls it;
     # rules.escalation counts Xids over the run store too (cli/saved.py with_history), and
     # rules.fabric_delta compares counters with the store's last run, like rules.history.
-    run = {m.__name__ for m in MODULES} | {history_rules.__name__, slurm_rules.__name__,
+    run = {m.__name__ for m in MODULES} | {history_rules.__name__, lkg_rules.__name__,
+                                           slurm_rules.__name__,
                                            escalation_rules.__name__, fabric_delta.__name__}
     assert {m.__name__ for m in _rule_modules().values()} == run
 

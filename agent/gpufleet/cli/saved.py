@@ -26,6 +26,7 @@ from gpufleet.report.pipeline import amend
 from gpufleet.rules.escalation import escalation_findings
 from gpufleet.rules.fabric_delta import store_deltas
 from gpufleet.rules.history import drift_findings
+from gpufleet.rules.lkg import lkg_findings
 
 
 def add(sub: Any) -> None:
@@ -106,6 +107,7 @@ def with_history(report: Report, store_dir: Path, *,
         doc = document(report)
         report = amend(report, [
             *drift_findings(doc, entries),
+            *lkg_findings(doc, entries),
             *escalation_findings(doc, entries, store.load, report.specs),
             *(store_deltas(doc, entries, store.load,
                            {n: s.expect for n, s in report.specs.items()}) if deltas else []),
@@ -164,8 +166,9 @@ def cmd_history(args: argparse.Namespace) -> int:
                 raise UsageError(f"inventory: {exc}") from exc
             names = [s.name for s in specs]
         names = names or sorted(latest["hosts"])
-        section = history_section(latest, entries[:-1], store.load, hosts=names)
-        drift = drift_findings(latest, entries[:-1])
+        section = history_section(latest, entries[:-1], store.load, hosts=names,
+                                  saved=entries[-1])
+        drift = drift_findings(latest, entries[:-1]) + lkg_findings(latest, entries[:-1])
     except StoreError as exc:
         raise UsageError(f"run store: {exc}") from exc
     finally:

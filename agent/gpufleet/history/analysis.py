@@ -30,6 +30,28 @@ def _numbers(raw: object) -> dict[str, float]:
     return {k: v for k, v in got.items() if v is not None}
 
 
+def measured_key(e: Mapping[str, Any]) -> str:
+    """One hosts.<name>.expectations line's identity across runs: "hbm_gbps gpu0",
+    "matmul_tflops.fp8 gpu1", "allreduce_busbw_gbps @4294967296"."""
+    key = str(e.get("metric") or "?")
+    if e.get("dtype"):
+        key += f".{e['dtype']}"
+    if isinstance(e.get("gpu"), int):
+        key += f" gpu{e['gpu']}"
+    if isinstance(e.get("bytes"), int):
+        key += f" @{e['bytes']}"
+    return key
+
+
+def _measured(hdoc: Mapping[str, Any]) -> dict[str, float]:
+    """Every measured value of the host's expectation lines (what its own past judges, GF546)."""
+    out: dict[str, float] = {}
+    for e in hdoc.get("expectations") or ():
+        if isinstance(e, Mapping) and (got := number(e.get("measured"))) is not None:
+            out[measured_key(e)] = got
+    return out
+
+
 def _host_summary(hdoc: Mapping[str, Any], worst: str | None) -> dict[str, Any]:
     smoke = hdoc.get("smoke") or {}
     # A figure that is missing or not a finite number is left out, as every renderer does: a
@@ -43,7 +65,8 @@ def _host_summary(hdoc: Mapping[str, Any], worst: str | None) -> dict[str, Any]:
             "good": good, "backend": smoke.get("backend"),
             "world": max(len(smoke.get("hosts") or []), 1),
             "busbw": [size, bw[size]] if size is not None else None,
-            "busbw_all": {str(k): v for k, v in sorted(bw.items())}, "tflops": tflops}
+            "busbw_all": {str(k): v for k, v in sorted(bw.items())}, "tflops": tflops,
+            "measured": _measured(hdoc)}
 
 
 def summarize_run(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -93,8 +116,13 @@ def changes_since(good_doc: Mapping[str, Any], doc: Mapping[str, Any], name: str
 
 def history_section(doc: Mapping[str, Any], entries: Sequence[Entry],
                     load: Callable[[Entry], Mapping[str, Any]],
-                    hosts: Sequence[str] | None = None) -> dict[str, Any]:
-    """The report's "history" member: per host its last known-good run, changes and trend."""
+                    hosts: Sequence[str] | None = None,
+                    saved: Entry | None = None) -> dict[str, Any]:
+    """The report's "history" member: per host its last known-good run, changes and trend.
+
+    `saved`: the store's entry of `doc` itself (`gpufleet history` reads the latest saved run):
+    a host that was good in it has that run as its last known-good, with nothing changed since;
+    `check --save` judges a run before saving it, so there the last good run is an older one."""
     now = summarize_run(doc)
     cache: dict[str, Mapping[str, Any]] = {}
     out: dict[str, Any] = {}
@@ -113,11 +141,18 @@ def history_section(doc: Mapping[str, Any], entries: Sequence[Entry],
                           "tflops": min(cur["tflops"].values()) if cur["tflops"] else None,
                           "good": cur["good"]})
         good = [e for e, s in past if s["good"]]
+        this_good = saved is not None and cur is not None and cur["good"]
         entry: dict[str, Any] = {"last_good": None, "changes": [], "trend": trend[-TREND_RUNS:],
                                  "baseline": None}
+        if this_good and saved is not None:
+            entry["last_good"] = {"run": saved["file"], "generated_at": saved["generated_at"]}
         if good:
             last = good[-1]
-            entry["last_good"] = {"run": last["file"], "generated_at": last["generated_at"]}
+            if not this_good:
+                entry["last_good"] = {"run": last["file"], "generated_at": last["generated_at"]}
+            else:  # the saved run is the last good one: say what changed since the one before
+                entry["changes_since"] = {"run": last["file"],
+                                          "generated_at": last["generated_at"]}
             if last["file"] not in cache:
                 cache[last["file"]] = load(last)
             entry["changes"] = changes_since(cache[last["file"]], doc, name)

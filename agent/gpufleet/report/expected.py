@@ -14,12 +14,13 @@ from gpufleet.model import fmt_bytes
 HEADER = ("host", "measured", "value", "expected", "floor", "verdict")
 
 
-def _what(e: Mapping[str, Any]) -> str:
+def label(e: Mapping[str, Any]) -> str:
+    """'GPU 0 matmul bf16', 'allreduce_busbw @ 4 GiB': one line's name in every format."""
     name = str(e.get("metric", "?")).removesuffix("_gbps").removesuffix("_tflops")
     if e.get("dtype"):
         name += f" {e['dtype']}"
-    if e.get("bytes"):
-        name += f" @ {fmt_bytes(int(e['bytes']))}"
+    if isinstance(e.get("bytes"), int) and e["bytes"] > 0:
+        name += f" @ {fmt_bytes(e['bytes'])}"
     if e.get("gpu") is not None:
         name = f"GPU {e['gpu']} {name}"
     return name
@@ -35,6 +36,6 @@ def rows(doc: Mapping[str, Any]) -> list[tuple[str, str, str, str, str, str]]:
             unit = e.get("unit", "")
             got, exp, floor = float(got), float(e["expected"]), float(e["floor"])
             verdict = "ok" if got >= floor else f"below floor ({100 * got / exp:.0f}%)"
-            out.append((host, _what(e), f"{got:.1f} {unit}", f"{exp:.1f}", f"{floor:.1f}",
+            out.append((host, label(e), f"{got:.1f} {unit}", f"{exp:.1f}", f"{floor:.1f}",
                         verdict))
     return out

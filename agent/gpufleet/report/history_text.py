@@ -31,7 +31,13 @@ def render_history(section: Mapping[str, Any], known: Set[str]) -> str:
         good = h.get("last_good")
         lines.append(f"{name}: last known-good run "
                      + (f"{good['generated_at']} ({good['run']})" if good else "none in the store"))
-        if good:
+        before = h.get("changes_since")  # the latest run is the good one: against the one before
+        if good and before:
+            lines.append(f"  changed since its good run of {before['generated_at']}:"
+                         if h["changes"] else
+                         f"  nothing changed since its good run of {before['generated_at']}")
+            lines += [f"    {c}" for c in h["changes"]]
+        elif good:
             lines.append("  changed since:" if h["changes"] else "  nothing changed since")
             lines += [f"    {c}" for c in h["changes"]]
         trend = _trend(h["trend"])

@@ -24,8 +24,10 @@ def summarized(report: Report) -> Report:
 
 def judge(report: Report) -> Report:
     """`report` with the rules' findings, each host's expectations and its summary."""
-    hosts = {name: dataclasses.replace(h, expectations=host_expectations(h.facts, h.smoke))
-             for name, h in report.hosts.items()}
+    specs = report.specs
+    hosts = {name: dataclasses.replace(h, expectations=host_expectations(
+        h.facts, h.smoke, specs[name].expect.perf_floors if name in specs else None))
+        for name, h in report.hosts.items()}
     report = dataclasses.replace(report, hosts=hosts)
     return summarized(dataclasses.replace(report, findings=evaluate(report)))
 

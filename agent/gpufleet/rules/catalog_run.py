@@ -69,6 +69,31 @@ RUN_RULES: tuple[RuleInfo, ...] = (
                      "processes on a GPU other than the smoke's own rank (a run with --force on a "
                      "busy host, or a process that started meanwhile). Evidence: each process's "
                      "pid, name and memory."),
+    RuleInfo("GF545", "warning", "fewer RDMA ports at the SKU's rate than it expects",
+             "check each slow or missing port on {host}: `ibstat`, `mlxlink -d DEV` (speed, "
+             "cable, FEC); reseat or replace the cable or HCA, then rerun `gpufleet check -l "
+             "{host}`",
+             meaning="From the facts alone (every level): the SKU catalog's RDMA expectation "
+                     "(skus.json gpud-ib-ports: A100 >= 1 port at 200 Gb/s; H100, H200, B200, "
+                     "GB200 one port per GPU, up to 8, at 400 Gb/s) and the host's ports' "
+                     "negotiated rates (/sys/class/infiniband/*/ports/*/rate). The slowest of "
+                     "the N fastest ports is below the rate, or the host has fewer than N ports "
+                     "with a rate (then measured is 0). A host with no RDMA port is not judged. "
+                     "GF451 compares a port with its peers on the same host; this one with the "
+                     "SKU. Override: gpufleet_perf_floors nic_gbps."),
+    RuleInfo("GF546", "warning", "a measured value fell below the host's own known-good runs",
+             "{host}'s {line} lost {drop} since its good run of {since}: see what changed with "
+             "`gpufleet history --store DIR {host}`; check clocks, power and links: "
+             "`nvidia-smi -q -d PERFORMANCE,CLOCK,POWER -i {gpu}`; rerun "
+             "`gpufleet check --level full -l {host}`",
+             meaning="Needs a run store (`--save DIR`; rules/lkg.py). A line of "
+                     "hosts.<name>.expectations other than busbw (GF520) and the bf16 matmul "
+                     "(GF521): GEMM per dtype, HBM, host<->device copies, NVLink per-link rate, "
+                     "P2P copies, NIC rate. Its measured value is more than 10 % below the median "
+                     "of the same line in the host's last (up to 10) known-good runs measured "
+                     "alike, whether or not it is above the SKU floor. Evidence: measured, "
+                     "baseline, drop, the SKU floor and expected, the runs.",
+             doc_fill={"line": "LINE", "drop": "N %", "since": "DATE", "gpu": "GPU"}),
     # GF520-GF529: against the host's own history (rules/history.py), with --save DIR.
     RuleInfo("GF520", "warning", "bus bandwidth drifted below the host's own baseline",
              "{host} lost {drop} of its busbw since its good run of {since}: see what changed with "

@@ -2,7 +2,8 @@
 
 SKU catalog (GF540-GF543, gpufleet/sku): every GEMM and HBM value the smoke measured is judged on
 its own host against catalog peak x efficiency ratio (sku/expect.py); a value below its floor
-names the likely cause from the run's nvidia-smi sample and the facts (sku/causes.py).
+names the likely cause from the run's nvidia-smi sample and the facts (sku/causes.py). GF545: the
+host's RDMA ports against its SKU's rate, from the facts alone.
 
 Fleet baseline: median and MAD of hosts with the same GPU model, topology and world size
 (published fixed thresholds differ by topology and NVLS; REFERENCE.md). A host is an outlier when
@@ -33,7 +34,8 @@ from gpufleet.sku import causes
 from gpufleet.sku import expect as sku_expect
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
-RULES: tuple[str, ...] = ("GF501", "GF502", "GF503", "GF540", "GF541", "GF542", "GF543")
+RULES: tuple[str, ...] = ("GF501", "GF502", "GF503", "GF540", "GF541", "GF542", "GF543",
+                          "GF545")
 SKU_RULES = {"matmul_tflops": "GF540", "hbm_gbps": "GF541"}
 
 
@@ -144,6 +146,23 @@ def _slow(h: HostResult, f: Facts, e: Expected) -> Finding:
                    gpu=e.gpu)
 
 
+def _nics(h: HostResult, f: Facts, floors: Any) -> Iterator[Finding]:
+    """GF545: fewer RDMA ports at the SKU's rate than it expects (facts alone, every level)."""
+    for e in sku_expect.host_expectations(f, None, floors):
+        if e.metric != "nic_gbps" or e.measured is None or e.measured >= e.floor:
+            continue
+        ports = sorted(((p.rate_gbit or 0.0, p.device, p.port) for p in f.ib_ports or ()),
+                       reverse=True)
+        yield finding("GF545", [h.name],
+                      f"{h.name}: RDMA ports below the SKU's rate: {e.basis.split(': ', 1)[1]}"
+                      f" is {e.measured:g} GB/s, floor {e.floor:g} GB/s ("
+                      + ", ".join(f"{d}/{p} {r:g} Gb/s" for r, d, p in ports) + ")",
+                      {"metric": e.metric, "measured": e.measured, "expected": e.expected,
+                       "floor": e.floor, "source": e.source, "basis": e.basis,
+                       "ports": [{"device": d, "port": p, "rate_gbit": r}
+                                 for r, d, p in ports]})
+
+
 def check_sku(ctx: Ctx) -> Iterator[Finding]:
     """GF540/GF541 below the SKU expectation, GF542 no reference, GF543 a co-tenant seen."""
     for h, f in ctx.with_facts():
@@ -156,10 +175,12 @@ def check_sku(ctx: Ctx) -> Iterator[Finding]:
                           + ", ".join(unknown) + ": compute and HBM are judged against peers "
                           "and history only",
                           {"gpu_names": unknown})
+        floors = ctx.expect(h.name).perf_floors
+        yield from _nics(h, f, floors)
         s = h.smoke
         if s is None or s.backend == "gloo":
             continue
-        for e in sku_expect.host_expectations(f, s):
+        for e in sku_expect.host_expectations(f, s, floors):
             if e.metric in SKU_RULES and e.measured is not None and e.measured < e.floor:
                 yield _slow(h, f, e)
         for g in f.gpus:

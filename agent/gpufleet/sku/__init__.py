@@ -20,7 +20,7 @@ from typing import Any
 # The numbers a model may carry (keys of skus.json models; the metric vocabulary's sources).
 PEAK_KEYS = ("fp64_tflops", "fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops",
              "fp8_tflops", "hbm_gbps", "nvlink_links", "nvlink_link_gbps", "pcie_gen",
-             "pcie_width", "power_w")
+             "pcie_width", "power_w", "nic_gbit")
 
 
 class CatalogError(ValueError):

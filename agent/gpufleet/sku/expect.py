@@ -8,16 +8,23 @@ after a smoke run. Pure. docs/expectations.md explains each line:
 - allreduce_busbw_gbps: the host's own links (gpufleet.bandwidth, fabric class and NVLS stated
   there) at the largest judged size, floor = its fraction_required; GF504 judges it.
 - nvlink_link_gbps (per GPU): the SKU's per-link rate; GF413 judges it.
+- p2p_gbps (per GPU with NVLink, hosts of 2+ GPUs): links x per-link rate x the p2p ratio; not
+  measured yet (no smoke check of the copy matrix).
+- nic_gbps (per host with RDMA ports): the SKU's port rate; measured from the facts (the slowest
+  of the N fastest ports); GF545 judges it.
+Each floor may be replaced per group or host (gpufleet_perf_floors, sku/floors.py).
 A GPU the catalog does not know gets no line (rules/perf.py reports "no reference", GF542).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gpufleet import bandwidth, sku
 from gpufleet.model import Expected, Facts, Gpu, SmokeResult
+from gpufleet.sku.floors import override_key
 
 DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8", "fp64")
 
@@ -107,6 +114,7 @@ def _gpu_lines(f: Facts, s: SmokeResult | None, g: Gpu) -> Iterator[Expected]:
                     how=how, gpu=g.index,
                     measured=round(float(got), 1) if got else None)
     yield from _pinned_lines(f, s, g, model, how)
+    yield from _p2p_line(f, g, model, how)
     link = model.peaks.get("nvlink_link_gbps")
     if link is not None:
         speeds = [lk.speed_gbps for n in f.nvlink if n.gpu_index == g.index for lk in n.links
@@ -148,6 +156,60 @@ def _pinned_lines(f: Facts, s: SmokeResult | None, g: Gpu, model: sku.Model,
                        gpu=g.index, measured=round(float(got), 1) if got else None)
 
 
+def _p2p_line(f: Facts, g: Gpu, model: sku.Model, how: str) -> Iterator[Expected]:
+    """GPU g's copy to a peer over NVLink (nvbandwidth's device_to_device_memcpy_read_ce):
+    the SKU's links x per-link rate x the p2p ratio. Only on a host of several GPUs whose GPU g
+    has NVLink; measured stays None: no smoke check measures the matrix yet (the lent machine
+    has one GPU, so none could be proven there)."""
+    cat = sku.load()
+    links, rate = model.peaks.get("nvlink_links"), model.peaks.get("nvlink_link_gbps")
+    ratio = sku.efficiency(model, "p2p_gbps")
+    active = any(lk.active for n in f.nvlink if n.gpu_index == g.index for lk in n.links)
+    if len(f.gpus) < 2 or not active or links is None or rate is None or ratio is None:
+        return
+    raw = links.value * rate.value
+    r, basis = ratio
+    floor = cat.floors["p2p"]
+    yield Expected(
+        metric="p2p_gbps", unit="GB/s", expected=round(raw * r.value, 1),
+        floor=round(raw * r.value * floor.value, 1),
+        source=f"{links.value:g} links ({cat.cite(links.source)}) x {rate.value:g} GB/s "
+               f"({cat.cite(rate.source)}) x ratio {r.value:g} ({cat.cite(r.source)}); floor "
+               f"x{floor.value:g} ({cat.cite(floor.source)})",
+        basis=f"{model.key} ({how}): NVLink per GPU x {basis} p2p ratio"
+              + ("" if basis == "measured" else f" (none measured for {model.arch})"),
+        gpu=g.index, measured=None)
+
+
+def expected_nics(f: Facts, model: sku.Model) -> int:
+    """RDMA ports the SKU's host should have at its rate: gpud's thresholds (skus.json
+    gpud-ib-ports): 1 on a 200 Gb/s SKU, else one per GPU up to 8."""
+    rate = model.peaks["nic_gbit"].value
+    return 1 if rate < 400 else min(len(f.gpus), 8)
+
+
+def _nic_line(f: Facts) -> Iterator[Expected]:
+    """The host's RDMA ports against its SKU's rate: measured is the rate of the N-th fastest
+    port, N the ports the SKU expects, so a frontend NIC at a lower rate beside them is not
+    judged. A host with no RDMA port gets no line (not a multinode host)."""
+    models = [m for g in f.gpus if (m := model_of(f, g)[0]) is not None and "nic_gbit" in m.peaks]
+    if not f.ib_ports or not models:
+        return
+    model = models[0]
+    cat = sku.load()
+    want = model.peaks["nic_gbit"]
+    n = expected_nics(f, model)
+    rates = sorted((p.rate_gbit for p in f.ib_ports if p.rate_gbit), reverse=True)
+    got = rates[n - 1] / 8 if len(rates) >= n else (0.0 if rates else None)
+    yield Expected(
+        metric="nic_gbps", unit="GB/s", expected=round(want.value / 8, 1),
+        floor=round(want.value / 8, 1),
+        source=f"{n} port(s) at >= {want.value:g} Gb/s ({cat.cite(want.source)})",
+        basis=f"{model.key}: the {n} fastest RDMA port(s) each at the SKU's rate; measured = "
+              f"the slowest of them ({len(rates)} port(s) with a rate)",
+        measured=round(got, 1) if got is not None else None)
+
+
 def _busbw_line(f: Facts, s: SmokeResult | None) -> Iterator[Expected]:
     data = _check(s, "busbw")
     ev: Mapping[str, Any] = data.get("expectation") or {}
@@ -172,13 +234,27 @@ def _busbw_line(f: Facts, s: SmokeResult | None) -> Iterator[Expected]:
                    bytes=size, measured=round(float(got), 1) if got is not None else None)
 
 
-def host_expectations(f: Facts | None, s: SmokeResult | None = None) -> tuple[Expected, ...]:
-    """Every expectation for the host (facts alone at --level facts), measured where smoked."""
+def _overridden(e: Expected, floors: Mapping[str, float] | None) -> Expected:
+    key = override_key(e.metric, e.dtype, floors)
+    if key is None or floors is None:
+        return e
+    return dataclasses.replace(
+        e, floor=floors[key],
+        source=f"floor {floors[key]:g} from the inventory (gpufleet_perf_floors {key}; the "
+               f"catalog's was {e.floor:g}); {e.source}",
+        basis=f"{e.basis}; floor overridden by gpufleet_perf_floors {key}")
+
+
+def host_expectations(f: Facts | None, s: SmokeResult | None = None,
+                      floors: Mapping[str, float] | None = None) -> tuple[Expected, ...]:
+    """Every expectation for the host (facts alone at --level facts), measured where smoked;
+    `floors` (the host's gpufleet_perf_floors) replaces the catalog's floor per metric."""
     if f is None or not f.gpus:
         return ()
     out = [e for g in f.gpus for e in _gpu_lines(f, s, g)]
     out += list(_busbw_line(f, s))
-    return tuple(out)
+    out += list(_nic_line(f))
+    return tuple(_overridden(e, floors) for e in out)
 
 
 def unknown_models(f: Facts) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 from gpufleet.model import SEVERITY_ORDER, cohort_label, gpu_model, topology_signature
 from gpufleet.redact import number
 from gpufleet.report.common import family_of, host_worst, summary_line, versions
+from gpufleet.report.expected import label as expected_label
 from gpufleet.report.wording import row_message
 from gpufleet.rules import FAMILIES, RULES
 
@@ -66,6 +67,41 @@ def _expected(hdoc: Mapping[str, Any], findings: list[Mapping[str, Any]]) -> dic
             out["value"] = number(src[EXPECTED_KEY])
         if out["floor"] is None and isinstance(src.get("floor_gbps"), (int, float)):
             out["floor"] = number(src["floor_gbps"])
+    # The judged size's line of hosts.<name>.expectations: its floor is the busbw floor.
+    for e in hdoc.get("expectations") or ():
+        if isinstance(e, Mapping) and e.get("metric") == "allreduce_busbw_gbps":
+            if out["floor"] is None:
+                out["floor"] = number(e.get("floor"))
+            if out["curve"] is None and out["value"] is None:
+                out["value"] = number(e.get("expected"))
+    return out
+
+
+def _expectations(hdoc: Mapping[str, Any]) -> list[list[Any]]:
+    """hosts.<name>.expectations as compact rows for the card's table and the plots:
+    [label, metric, dtype, gpu, bytes, measured, expected, floor, unit, source, basis]. Host data:
+    a value that is not a finite number is None, a label is text."""
+    rows: list[list[Any]] = []
+    for e in hdoc.get("expectations") or ():
+        if not isinstance(e, Mapping):
+            continue
+        gpu = e.get("gpu") if isinstance(e.get("gpu"), int) else None
+        size = e.get("bytes") if isinstance(e.get("bytes"), int) else None
+        rows.append([expected_label(e), str(e.get("metric") or "?"), e.get("dtype") and
+                     str(e["dtype"]), gpu, size, number(e.get("measured")),
+                     number(e.get("expected")), number(e.get("floor")), str(e.get("unit") or ""),
+                     str(e.get("source") or ""), str(e.get("basis") or "")])
+    return rows
+
+
+def _checks(hdoc: Mapping[str, Any]) -> list[list[Any]]:
+    """Every smoke check the run made, the deep ones (sdc, membw, gemm, gdr...) included:
+    [name, passed, detail]."""
+    out: list[list[Any]] = []
+    for c in (hdoc.get("smoke") or {}).get("checks") or ():
+        if isinstance(c, Mapping):
+            out.append([str(c.get("name") or "?"), c.get("passed") is True,
+                        str(c.get("detail") or "")])
     return out
 
 
@@ -100,7 +136,13 @@ def page_data(doc: Mapping[str, Any]) -> dict[str, Any]:
         busbw = _curve(smoke.get("busbw_gbps")) or []
         tflops_map = smoke.get("matmul_tflops") or {}
         # a missing (or non-finite, already turned into None) figure is left out, not plotted
-        tflops = [float(v) for _, v in sorted(_curve(tflops_map) or [])]
+        tflops_points = sorted(_curve(tflops_map) or [])
+        tflops = [float(v) for _, v in tflops_points]
+        expectations = _expectations(h)
+        # The quick matmul check is bf16 8192^3: its GPU's bf16 line is its expected and floor.
+        bf16 = {r[3]: (r[6], r[7]) for r in expectations if r[1] == "matmul_tflops"
+                and r[2] == "bf16"}
+        tflops_expected = [list(bf16.get(int(k), (None, None))) for k, _ in tflops_points]
         cohort = cohort_of(h)
         if cohort is not None:
             if busbw:
@@ -122,6 +164,9 @@ def page_data(doc: Mapping[str, Any]) -> dict[str, Any]:
             "tflops": tflops,
             "cohort": cohort,
             "expected": _expected(h, mine),
+            "tflops_expected": tflops_expected if any(e[0] for e in tflops_expected) else [],
+            "expectations": expectations,
+            "checks": _checks(h),
             "findings": by_host.get(name, []),
             "versions": {k: val for k, val in v.items() if val},
             "history": history.get(name),

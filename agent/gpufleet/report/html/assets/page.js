@@ -173,6 +173,13 @@
       data.push(xs.map(function () { return cohort.tflops_median; }));
       series.push({ label: "cohort median", stroke: "#555", dash: [6, 4], width: 1.5 });
     }
+    // The SKU catalog's bf16 expectation and floor per GPU (hosts.<name>.expectations).
+    if (h.tflops_expected.length) {
+      [[0, "expected", "#17803d", [2, 3]], [1, "floor", "#b3261e", [3, 3]]].forEach(function (s) {
+        data.push(h.tflops_expected.map(function (e) { return e[s[0]]; }));
+        series.push({ label: s[1], stroke: s[2], dash: s[3], width: 1.5, spanGaps: true, points: { show: true } });
+      });
+    }
     new uPlot({
       title: "matmul TFLOP/s per GPU", width: 300, legend: { live: false }, height: 240,
       scales: { x: { time: false, range: [-0.5, xs.length - 0.5] }, y: { range: function (u, lo, hi) { return [0, hi * 1.15]; } } },
@@ -245,6 +252,31 @@
     }
     return el("div", { "class": "history" }, parts);
   }
+  function fmtNum(v) { return v === null || v === undefined ? "-" : String(v); }
+  // Measured against expected, one row per hosts.<name>.expectations line (a line with nothing
+  // measured yet, e.g. at --level facts, shows its expectation only).
+  function expectationsBlock(h) {
+    if (!h.expectations.length) { return el("p", { "class": "hint" }, ["no expectations: the SKU catalog has no reference for this host's GPUs"]); }
+    var head = el("tr", {}, ["measured", "value", "expected", "floor", "verdict", "basis"].map(function (t) { return el("th", {}, [t]); }));
+    var body = h.expectations.map(function (r) {
+      var got = r[5], exp = r[6], floor = r[7];
+      var verdict = got === null ? "not measured" : (floor !== null && got < floor
+        ? "below floor (" + Math.round(100 * got / exp) + "%)" : "ok");
+      var cls = got === null ? "" : (verdict === "ok" ? "sev-ok" : "sev-error");
+      return el("tr", { "class": "exp-row", "data-metric": r[1] }, [el("td", {}, [r[0]]),
+        el("td", {}, [got === null ? "-" : fmtNum(got) + " " + r[8]]), el("td", {}, [fmtNum(exp)]),
+        el("td", {}, [fmtNum(floor)]), el("td", { "class": cls }, [verdict]),
+        el("td", { title: r[9] }, [r[10]])]);
+    });
+    return el("table", { "class": "kv expectations" }, [el("thead", {}, [head]), el("tbody", {}, body)]);
+  }
+  function checksBlock(h) {
+    if (!h.checks.length) { return el("p", { "class": "hint" }, ["no smoke checks ran"]); }
+    return el("ul", { "class": "checks" }, h.checks.map(function (c) {
+      return el("li", { "class": c[1] ? "check pass" : "check fail", "data-check": c[0] },
+        [el("b", { "class": c[1] ? "sev-text-ok" : "sev-text-error" }, [(c[1] ? "PASS " : "FAIL ") + c[0]]), " " + c[2]]);
+    }));
+  }
   function openCard(i, scroll) {
     var h = D.hosts[i];
     if (!cards[h.name]) {
@@ -257,6 +289,8 @@
         el("h3", {}, [el("span", {}, [h.name + " ", el("span", { "class": "badge sev-" + h.worst }, [h.worst])]), close]),
         el("p", {}, [h.status + (h.error ? ": " + h.error : "") + (h.cohort ? " \u2014 cohort: " + h.cohort : "")]),
         el("div", { "class": "plots" }, plots),
+        el("h4", {}, ["Measured against expected"]), expectationsBlock(h),
+        el("h4", {}, ["Smoke checks (" + h.checks.length + ")"]), checksBlock(h),
         el("h4", {}, ["Findings (" + h.findings.length + ")"]),
         el("ul", { "class": "findings" }, h.findings.map(function (k) { return findingItem(D.findings[k]); })),
         historyBlock(h),

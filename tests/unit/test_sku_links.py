@@ -1,0 +1,93 @@
+"""p2p_gbps and nic_gbps expectations for the repository's simulated profiles, against the cited
+public floors (issue 25 item 4; ../shared/reviews/anchors-2026-12-01.md 1A).
+
+P2P (nvbandwidth device_to_device_memcpy_read_ce): Azure's health checks fail an H100/H200 node
+below 335 GB/s and an A100 80GB node below 238; the catalog's floor is expected x 0.76 for
+every SKU (the H100/H200 one, the looser), so on A100 it sits below Azure's by at most
+P2P_MARGIN. NIC: gpud's thresholds (>= 8 ports at >= 400 Gb/s on H100/H200/B200/GB200, >= 1 at
+200 on A100). Profiles: tests/fixtures/golden/profiles (h200x8 NVSwitch, h200x2 NV18,
+pcie-only-8gpu), with the SKU's names and links put in where no profile has it (as
+test_fabric_classes.py); ports: the kernel's rate format (capture-free, as
+tests/fixtures/families/ib_ports).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from test_fabric_classes import _as_sku, _facts
+from test_rules_builders import fleet
+
+from gpufleet.model import Facts, IbPort
+from gpufleet.rules import evaluate
+from gpufleet.sku.expect import host_expectations
+
+P2P_MARGIN = 0.15  # the catalog's one floor ratio vs Azure's per-SKU floors (A100: -11.9 %)
+NDR = "400 Gb/sec (4X NDR)"
+
+
+def p2p(f: Facts) -> list[tuple[float, float, str]]:
+    return [(e.expected, e.floor, e.basis) for e in host_expectations(f) if e.metric == "p2p_gbps"]
+
+
+@pytest.mark.parametrize(("profile", "name", "links", "speed", "azure"), [
+    ("h200x8", None, 18, 26.562, 335.0),  # 8xH200 NVSwitch: ND96isr_H200_v5 >= 335
+    ("h200x2", None, 18, 26.562, 335.0),  # 2xH200 NV18
+    ("h200x8", "NVIDIA H100 80GB HBM3", 18, 26.562, 335.0),  # ND96isr_H100_v5 >= 335
+    ("h200x8", "NVIDIA A100-SXM4-80GB", 12, 25.0, 238.0),  # ND96amsr_A100_v4 >= 238
+])
+def test_p2p_floor_meets_azures_for_the_same_fabric(profile: str, name: str | None,
+                                                    links: int, speed: float,
+                                                    azure: float) -> None:
+    f = _facts(profile) if name is None else _as_sku(_facts(profile), name, links, speed)
+    lines = p2p(f)
+    assert len(lines) == len(f.gpus), "one line per GPU"
+    expected, floor, basis = lines[0]
+    assert expected == round(links * speed * 0.92, 1)
+    assert floor <= azure * 1.005, "never stricter than the public floor (beyond rounding)"
+    assert floor >= azure * (1 - P2P_MARGIN), (floor, azure)
+    assert ("none measured for" in basis) == (name is None or "A100" not in name), basis
+
+
+def test_b200_has_a_borrowed_p2p_expectation_and_pcie_and_cpu_hosts_none() -> None:
+    [(expected, _floor, basis), *_] = p2p(_as_sku(_facts("h200x8"), "NVIDIA B200", 18, 53.125))
+    assert expected == round(18 * 53.125 * 0.92, 1) and "none measured for blackwell" in basis
+    assert p2p(_facts("pcie-only-8gpu")) == [], "no NVLink: PCIe P2P is not in the catalog"
+    assert p2p(dataclasses.replace(_facts("h200x8"), gpus=())) == []
+
+
+def ports(*rates: float) -> tuple[IbPort, ...]:
+    return tuple(IbPort(f"mlx5_{i}", "1", f"{r:g} Gb/sec", r) for i, r in enumerate(rates))
+
+
+@pytest.mark.parametrize(("rates", "fires"), [
+    ((400.0,) * 8, False),
+    ((400.0,) * 8 + (100.0,), False),  # a frontend NIC beside the 8 rails (Azure's mlx5_an0)
+    ((400.0,) * 7 + (200.0,), True),  # one rail trained at half rate
+    ((400.0,) * 7, True),  # a rail missing
+])
+def test_nic_rate_against_the_sku_on_8x_h200(rates: tuple[float, ...], fires: bool) -> None:
+    f = dataclasses.replace(_facts("h200x8"), ib_ports=ports(*rates))
+    [line] = [e for e in host_expectations(f) if e.metric == "nic_gbps"]
+    assert (line.expected, line.floor) == (50.0, 50.0)
+    r = fleet({"gpu02": {"facts": f}}, with_expect=False)
+    found = [x for x in evaluate(r) if x.rule == "GF545"]
+    assert bool(found) == fires, found
+    if fires:
+        assert found[0].hosts == ("gpu02",) and "8 fastest RDMA port(s)" in found[0].message
+
+
+def test_an_a100_host_needs_one_200_gbit_port_and_no_port_means_no_line() -> None:
+    a100 = _as_sku(_facts("h200x8"), "NVIDIA A100-SXM4-80GB", 12, 25.0)
+    [line] = [e for e in host_expectations(dataclasses.replace(a100, ib_ports=ports(200.0)))
+              if e.metric == "nic_gbps"]
+    assert (line.expected, line.measured) == (25.0, 25.0)
+    assert [e for e in host_expectations(a100) if e.metric == "nic_gbps"] == []
+
+
+def test_a_group_override_moves_the_nic_floor() -> None:
+    f = dataclasses.replace(_facts("h200x8"), ib_ports=ports(*(200.0,) * 8))
+    [line] = [e for e in host_expectations(f, floors={"nic_gbps": 25.0})
+              if e.metric == "nic_gbps"]
+    assert line.floor == 25.0 and line.measured == 25.0
