@@ -18,7 +18,7 @@ import roletarget as tg
 import tomllib
 import yaml
 
-FACTS = ("name", "version", "arch", "requires", "provides", "repo", "files")
+FACTS = ("name", "version", "arch", "requires", "provides", "obsoletes", "repo", "files")
 # Directory of each repository under the mirror root, shaped like the real URLs.
 REPO_DIRS = {
     "cuda": "cuda/rhel9/x86_64",
@@ -27,6 +27,8 @@ REPO_DIRS = {
     "appstream": "rocky/9/AppStream/x86_64/os",
     "extras": "rocky/9/extras/x86_64/os",
     "crb": "rocky/9/CRB/x86_64/os",
+    "toolkit": "libnvidia-container/stable/rpm/x86_64",
+    "docker": "docker/linux/rhel/9/x86_64/stable",
 }
 STREAMS = {"open": "{b}-open", "dkms": "{b}-dkms"}
 
@@ -42,6 +44,7 @@ class Rpm:
     stream: str = ""  # module stream this package is an artifact of ("" = not modular)
     requires: tuple[str, ...] = ()
     provides: tuple[str, ...] = ()
+    obsoletes: tuple[str, ...] = ()
     files: tuple[tuple[str, str], ...] = ()
 
     @property
@@ -96,7 +99,9 @@ def expand(graph: dict[str, Any]) -> list[Rpm]:
         version, release = spec["version"].split("-", 1)
         out.append(Rpm(repo=spec["repo"], name=spec["name"], epoch=0, version=version,
                        release=release, arch=spec["arch"],
+                       requires=tuple(spec.get("requires", [])),
                        provides=tuple(spec.get("provides", [])),
+                       obsoletes=tuple(spec.get("obsoletes", [])),
                        files=tuple(spec.get("files", {}).items())))
     return out
 
@@ -116,11 +121,15 @@ def _spec(rpm: Rpm, base: str) -> str:
         lines.append(f"Epoch: {rpm.epoch}")
     lines += [f"Requires: {r}" for r in rpm.requires]
     lines += [f"Provides: {p}" for p in rpm.provides]
+    lines += [f"Obsoletes: {o}" for o in rpm.obsoletes]
     lines += ["%description", "Package graph only; see tests/ansible/graphs/rpm/rocky9.toml.",
               "%install"]
     for rel, content in rpm.files:
         path = f"%{{buildroot}}/{rel}"
         body = content.replace("@BASE@", base)
+        if body == "@NVIDIA_CTK@":
+            ctk = (Path(__file__).resolve().parent / "standin" / "nvidia-ctk").read_text()
+            body = ctk.replace("@VERSION@", rpm.version)
         lines += [f"mkdir -p $(dirname {path})", f"cat > {path} <<'GPUFLEET_EOF'",
                   body.rstrip("\n"), "GPUFLEET_EOF"]
         if rel.startswith("usr/bin/"):
@@ -209,6 +218,11 @@ def build(root: Path, mirror: tg.Mirror, gnupg: Path) -> RpmRepos:
     modules = cuda / "modules.yaml"
     modules.write_text(_modulemd([r for r in rpms if r.repo == "cuda"]))
     tg.run(["modifyrepo_c", "--mdtype=modules", str(modules), str(cuda / "repodata")])
+    # Signed metadata (repo_gpgcheck=1, as NVIDIA's libnvidia-container repo file asks for).
+    for rel in REPO_DIRS.values():
+        tg.run(["gpg", "--homedir", str(gnupg), "--batch", "--yes", "--armor", "--detach-sign",
+                "-o", str(root / rel / "repodata/repomd.xml.asc"),
+                str(root / rel / "repodata/repomd.xml")])
     shutil.rmtree(top)
     return RpmRepos(base=base, rpms=rpms)
 

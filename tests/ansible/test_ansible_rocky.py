@@ -8,6 +8,7 @@ Assertions name only packages whose asserted facts are sourced (rpmgraph.sourced
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,11 +22,14 @@ import roletarget as tg
 import rpmgraph
 
 from conftest import PlayResult, _write_inventory, run_playbook
+from harness.processes import stop_pid
 
 pytestmark = [pytest.mark.ansible, pytest.mark.slow]
 
 SITE = "playbooks/site.yml"
+UPGRADE = "playbooks/upgrade_driver.yml"
 TAGS = ("--tags", "nvidia_driver")
+ENGINE_TAGS = ("--tags", "container_runtime,nvidia_container_toolkit")
 GRAPH = rpmgraph.load()
 A, B, C = "580.95.05", "580.105.08", "590.44.01"
 DRIVER = ["nvidia-open", "nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda",
@@ -40,8 +44,10 @@ class RockyLab:
     logdir: Path
 
     def play(self, name: str, *args: str, **extra: object) -> PlayResult:
+        """site.yml, the driver role only unless args name other --tags."""
+        tags = () if "--tags" in args else TAGS
         return run_playbook(Path(__file__).resolve().parents[2] / SITE, self.inventory,
-                            self.logdir, name, *TAGS, *args, extra_vars=self.vars() | extra)
+                            self.logdir, name, *tags, *args, extra_vars=self.vars() | extra)
 
     def vars(self) -> dict[str, object]:
         return {
@@ -55,6 +61,13 @@ class RockyLab:
             "nvidia_driver_kernel_headers_required": False,
             "nvidia_driver_kernel_headers_install": False,
             "nvidia_driver_epel_enabled": True,
+            "container_runtime_engine": "docker",
+            "container_runtime_source": "docker_repo",
+            "container_runtime_docker_repo_url": f"{self.repos.base}/docker/linux/rhel",
+            "container_runtime_docker_repo_key_url": f"{self.repos.base}/key.asc",
+            "nvidia_container_toolkit_repo_url": self.repos.url("toolkit").rstrip("/"),
+            "nvidia_container_toolkit_repo_key_url": f"{self.repos.base}/key.asc",
+            "nvidia_container_toolkit_version": "1.19.1",
         }
 
     def rpms(self) -> dict[str, str]:
@@ -82,6 +95,8 @@ def rocky_lab() -> Iterator[RockyLab]:
         # GPUDirect Storage's nvidia-fs, installed by someone else: the role must not lock it (M19).
         t.chroot("dnf", "-q", "-y", "--repofrompath", f"cuda,{repos.url('cuda')}", "install",
                  "nvidia-fs")
+        # Rocky's podman (with runc), which Docker's RHEL guide removes before docker-ce.
+        t.chroot("dnf", "-q", "-y", "install", "podman")
         tg.start_sshd(t, logdir / "sshd.log")
         inventory = workdir / "inventory.json"
         _write_inventory(inventory, t)
@@ -124,6 +139,17 @@ def test_check_mode_on_a_new_host_succeeds(rocky_lab: RockyLab) -> None:
     assert "SKIPPED package checks and installation" in res.flat, res.tail()
     assert "nvidia-open" not in rocky_lab.rpms()
     assert not (rocky_lab.target.root / "etc/yum.repos.d/gpufleet-nvidia-driver.repo").exists()
+
+
+def test_check_mode_toolkit_and_docker_on_a_new_host(rocky_lab: RockyLab) -> None:
+    """M20 for the toolkit and the engine: their repositories are not written in check mode; the
+    installs wait and say so, nothing is removed (podman stays)."""
+    res = rocky_lab.play("check-new-host-engine", "--check", *ENGINE_TAGS)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert "SKIPPED engine installation" in res.flat, res.tail()
+    assert "SKIPPED toolkit installation" in res.flat, res.tail()
+    have = rocky_lab.rpms()
+    assert "podman" in have and "docker-ce" not in have, have
 
 
 def test_without_epel_the_role_refuses_naming_epel_and_crb(rocky_lab: RockyLab) -> None:
@@ -182,13 +208,51 @@ def test_second_run_changes_nothing(converged: PlayResult, rocky_lab: RockyLab) 
     assert res.rc == 0 and res.host()["changed"] == 0, res.tail()
 
 
-def test_branch_change_switches_the_module_stream(
+def test_a_busy_host_is_refused_before_any_package_changes(
     converged: PlayResult, rocky_lab: RockyLab
 ) -> None:
-    """A move to 590 resets nvidia-driver:580-open and enables 590-open; every driver package and
-    the fabric manager move to 590.C and the locks follow."""
+    """H3 on dnf: GPU work runs and site.yml may not reboot: the version change is refused before
+    the stream or any package moves, not after new userspace met the old kernel module."""
     assert converged.rc == 0, converged.tail()
-    res = rocky_lab.play("switch-590", nvidia_driver_version=C, nvidia_driver_branch="590")
+    gpu = tg.start_gpu_process(rocky_lab.target)
+    try:
+        res = rocky_lab.play("busy-580b", nvidia_driver_version=B)
+    finally:
+        stop_pid(gpu)
+    assert res.rc != 0 and res.host()["failed"] == 1, res.tail()
+    assert "Refused before installing: " in res.flat, res.tail()
+    assert f"GPU processes: {gpu.pid} sleep" in res.flat, res.tail()
+    have = rocky_lab.rpms()
+    assert {n: have.get(n) for n in DRIVER} == _at(A, DRIVER)
+
+
+def _upgrade(rocky_lab: RockyLab, name: str, **extra: object) -> PlayResult:
+    return run_playbook(Path(__file__).resolve().parents[2] / UPGRADE, rocky_lab.inventory,
+                        rocky_lab.logdir, name, extra_vars=rocky_lab.vars() | extra)
+
+
+def test_upgrade_within_the_branch_moves_the_locks(
+    converged: PlayResult, rocky_lab: RockyLab
+) -> None:
+    """upgrade_driver.yml 580.A -> 580.B: the role's locks are released and set again at B for
+    exactly its packages; the fabric manager follows the driver; nvidia-fs stays unlocked."""
+    assert converged.rc == 0, converged.tail()
+    res = _upgrade(rocky_lab, "upgrade-580b", nvidia_driver_version=B)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    have = rocky_lab.rpms()
+    assert {n: have.get(n) for n in DRIVER} == _at(B, DRIVER)
+    assert have.get("nvidia-fabricmanager") == f"{B}-1.el9"
+    locks = rt.locks(rocky_lab.target)
+    assert all(B in e for e in locks) and "nvidia-fs" not in str(locks), locks
+
+
+def test_upgrade_to_590_switches_the_module_stream(
+    converged: PlayResult, rocky_lab: RockyLab
+) -> None:
+    """upgrade_driver.yml to 590: nvidia-driver:580-open is reset and 590-open enabled; every
+    driver package and the fabric manager move to 590.C and the locks follow."""
+    assert converged.rc == 0, converged.tail()
+    res = _upgrade(rocky_lab, "upgrade-590", nvidia_driver_version=C, nvidia_driver_branch="590")
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     streams = rocky_lab.target.chroot("dnf", "-q", "module", "list", "--enabled",
                                       "nvidia-driver").stdout
@@ -198,3 +262,25 @@ def test_branch_change_switches_the_module_stream(
     assert have.get("nvidia-fabricmanager") == f"{C}-1.el9"
     locks = rt.locks(rocky_lab.target)
     assert all(C in e for e in locks) and "nvidia-fs" not in str(locks), locks
+
+
+def test_toolkit_and_docker_from_their_repos(converged: PlayResult, rocky_lab: RockyLab) -> None:
+    """Docker CE from /linux/rhel with podman and runc removed first; the toolkit's four packages at
+    1.19.1 from NVIDIA's repo (signed metadata, repo_gpgcheck as NVIDIA's repo file: L4), locked;
+    nvidia-ctk's runtime handed to the engine's daemon.json; a second run changes nothing."""
+    res = rocky_lab.play("converge-engine", *ENGINE_TAGS)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    have = rocky_lab.rpms()
+    assert "podman" not in have and "runc" not in have, have
+    for name in ("docker-ce", "containerd.io", "nvidia-container-toolkit"):
+        assert rpmgraph.sourced(GRAPH, name, "name"), name
+    assert have.get("docker-ce") == "29.6.1-1.el9" and "containerd.io" in have, have
+    toolkit = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+               "libnvidia-container-tools", "libnvidia-container1"]
+    assert {n: have.get(n) for n in toolkit} == {n: "1.19.1-1" for n in toolkit}
+    names = {rpmgraph.lock_name(e) for e in rt.locks(rocky_lab.target)}
+    assert set(toolkit) <= names, names
+    daemon = json.loads((rocky_lab.target.root / "etc/docker/daemon.json").read_text())
+    assert daemon["runtimes"]["nvidia"]["path"].endswith("nvidia-container-runtime"), daemon
+    again = rocky_lab.play("converge-engine-again", *ENGINE_TAGS)
+    assert again.rc == 0 and again.host()["changed"] == 0, again.tail()
