@@ -28,6 +28,16 @@ PLATFORM_ID="platform:el9"
 PRETTY_NAME="Rocky Linux 9.6 (Blue Onyx)"
 """
 REDHAT_RELEASE = "Rocky Linux release 9.6 (Blue Onyx)\n"
+# Rocky 8.10 (https://rockylinux.org/ release notes), the same fields.
+OS_RELEASE_8 = """NAME="Rocky Linux"
+VERSION="8.10 (Green Obsidian)"
+ID="rocky"
+ID_LIKE="rhel centos fedora"
+VERSION_ID="8.10"
+PLATFORM_ID="platform:el8"
+PRETTY_NAME="Rocky Linux 8.10 (Green Obsidian)"
+"""
+REDHAT_RELEASE_8 = "Rocky Linux release 8.10 (Green Obsidian)\n"
 
 
 def prepare(workdir: Path, addr: str, repos: rpmgraph.RpmRepos, key: Path) -> tg.Target:
@@ -37,11 +47,11 @@ def prepare(workdir: Path, addr: str, repos: rpmgraph.RpmRepos, key: Path) -> tg
     tg.run(["tar", "-C", str(root), "--numeric-owner", "-xf", str(tg.rootfs_tarball(INCLUDE))])
     (root / "etc/apt/sources.list").write_text("")
     (root / "etc/os-release").unlink(missing_ok=True)
-    (root / "usr/lib/os-release").write_text(OS_RELEASE)
+    (root / "usr/lib/os-release").write_text(OS_RELEASE_8 if repos.major == 8 else OS_RELEASE)
     (root / "etc/os-release").symlink_to("../usr/lib/os-release")
     (root / "etc/debian_version").unlink(missing_ok=True)
     for name in ("redhat-release", "rocky-release", "system-release"):
-        (root / "etc" / name).write_text(REDHAT_RELEASE)
+        (root / "etc" / name).write_text(REDHAT_RELEASE_8 if repos.major == 8 else REDHAT_RELEASE)
     # Debian's rpm keeps its database in ~/.rpmdb (it is not Debian's package manager); on RHEL
     # it is the system's: /var/lib/rpm.
     (root / "etc/rpm").mkdir(exist_ok=True)
@@ -60,7 +70,7 @@ def prepare(workdir: Path, addr: str, repos: rpmgraph.RpmRepos, key: Path) -> tg
     release = next(r for r in repos.rpms if r.name == "rocky-release")
     pkg = f"{release.name}-{release.version}-{release.release}.{release.arch}.rpm"
     local = root / "tmp" / pkg
-    tg.run(["cp", str(workdir / "mirror" / rpmgraph.REPO_DIRS["baseos"] / "Packages" / pkg),
+    tg.run(["cp", str(workdir / "mirror" / repos.dirs["baseos"] / "Packages" / pkg),
             str(local)])
     tg.run(["chroot", str(root), "rpm", "-i", "--nodeps", f"/tmp/{pkg}"])
     return _keys(root, workdir, addr)

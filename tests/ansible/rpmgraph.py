@@ -33,6 +33,15 @@ REPO_DIRS = {
 STREAMS = {"open": "{b}-open", "dkms": "{b}-dkms"}
 
 
+def repo_dirs(major: int) -> dict[str, str]:
+    """REPO_DIRS for EL `major`: Rocky 8 calls CRB PowerTools (repo id powertools)."""
+    dirs = {k: v.replace("rhel9", f"rhel{major}").replace("/9/", f"/{major}/")
+            for k, v in REPO_DIRS.items()}
+    if major == 8:
+        dirs["crb"] = dirs["crb"].replace("/CRB/", "/PowerTools/")
+    return dirs
+
+
 @dataclass(frozen=True)
 class Rpm:
     repo: str
@@ -78,7 +87,9 @@ def sourced(graph: dict[str, Any], name: str, *facts: str) -> bool:
     raise KeyError(f"{name} is not in the graph")
 
 
-def expand(graph: dict[str, Any]) -> list[Rpm]:
+def expand(graph: dict[str, Any], major: int = 9) -> list[Rpm]:
+    """Every package of the graph; release tags and EL numbers for EL `major`."""
+    el = f"el{major}"
     out: list[Rpm] = []
     for spec in graph["package"]:
         for versions in graph["driver"].values():
@@ -89,7 +100,7 @@ def expand(graph: dict[str, Any]) -> list[Rpm]:
                 stream = spec.get("stream", "both")
                 out.append(Rpm(
                     repo=spec["repo"], name=spec["name"], epoch=spec["epoch"], version=v,
-                    release="1.el9", arch=spec["arch"],
+                    release=f"1.{el}", arch=spec["arch"],
                     stream="" if stream == "none" else stream.replace("both", "open dkms"),
                     requires=tuple(fill(r) for r in spec.get("requires", [])),
                     provides=tuple(fill(p) for p in spec.get("provides", [])),
@@ -97,16 +108,22 @@ def expand(graph: dict[str, Any]) -> list[Rpm]:
                 ))
     for spec in graph["other"]:
         version, release = spec["version"].split("-", 1)
-        out.append(Rpm(repo=spec["repo"], name=spec["name"], epoch=0, version=version,
-                       release=release, arch=spec["arch"],
+        if spec["name"] == "rocky-release":
+            version = {8: "8.10", 9: version}[major]
+        out.append(Rpm(repo=spec["repo"], name=spec["name"], epoch=0,
+                       version=version.replace("9", str(major)) if spec["name"] == "epel-release"
+                       else version,
+                       release=release.replace("el9", el), arch=spec["arch"],
                        requires=tuple(spec.get("requires", [])),
-                       provides=tuple(spec.get("provides", [])),
+                       provides=tuple(p.replace("= 9.6", f"= {version}").replace(
+                           "(releasever) = 9", f"(releasever) = {major}")
+                           for p in spec.get("provides", [])),
                        obsoletes=tuple(spec.get("obsoletes", [])),
                        files=tuple(spec.get("files", {}).items())))
     return out
 
 
-def _spec(rpm: Rpm, base: str) -> str:
+def _spec(rpm: Rpm, base: str, major: int) -> str:
     lines = [
         f"Name: {rpm.name}",
         f"Version: {rpm.version}",
@@ -126,7 +143,8 @@ def _spec(rpm: Rpm, base: str) -> str:
               "%install"]
     for rel, content in rpm.files:
         path = f"%{{buildroot}}/{rel}"
-        body = content.replace("@BASE@", base)
+        body = content.replace("@BASE@", base).replace("/epel/9/", f"/epel/{major}/").replace(
+            "Linux 9", f"Linux {major}")
         if body == "@NVIDIA_CTK@":
             ctk = (Path(__file__).resolve().parent / "standin" / "nvidia-ctk").read_text()
             body = ctk.replace("@VERSION@", rpm.version)
@@ -167,9 +185,11 @@ def _modulemd(rpms: list[Rpm]) -> str:
 class RpmRepos:
     base: str  # http://addr:port
     rpms: list[Rpm]
+    dirs: dict[str, str]
+    major: int = 9
 
     def url(self, repo: str) -> str:
-        return f"{self.base}/{REPO_DIRS[repo]}/"
+        return f"{self.base}/{self.dirs[repo]}/"
 
 
 def new_mirror(root: Path, gnupg: Path, addr: str) -> tg.Mirror:
@@ -185,10 +205,11 @@ def new_mirror(root: Path, gnupg: Path, addr: str) -> tg.Mirror:
     return tg.Mirror(root=root, url=f"{base}/", key_url=f"{base}/key.asc", addr=addr)
 
 
-def build(root: Path, mirror: tg.Mirror, gnupg: Path) -> RpmRepos:
-    """Build, sign and index every repository of the graph under the mirror root."""
+def build(root: Path, mirror: tg.Mirror, gnupg: Path, major: int = 9) -> RpmRepos:
+    """Build, sign and index every repository of the graph for EL `major` under the mirror root."""
     graph = load()
-    rpms = expand(graph)
+    rpms = expand(graph, major)
+    dirs = repo_dirs(major)
     base = mirror.url.rstrip("/")
     top = root / "rpmbuild"
     for sub in ("SPECS", "RPMS", "BUILD", "BUILDROOT"):
@@ -198,40 +219,54 @@ def build(root: Path, mirror: tg.Mirror, gnupg: Path) -> RpmRepos:
     built: list[tuple[Rpm, Path]] = []
     for rpm in rpms:
         spec = top / "SPECS" / f"{rpm.name}-{rpm.version}.spec"
-        spec.write_text(_spec(rpm, base))
+        spec.write_text(_spec(rpm, base, major))
         tg.run(["rpmbuild", "-bb", "--quiet", *define, str(spec)])
         built.append((rpm, top / "RPMS" / rpm.arch /
                       f"{rpm.name}-{rpm.version}-{rpm.release}.{rpm.arch}.rpm"))
-    key_id = tg.run(["gpg", "--homedir", str(gnupg), "--list-keys", "--with-colons"]).stdout
-    uid = next(f.split(":")[9] for f in key_id.splitlines() if f.startswith("uid:"))
-    tg.run(["rpmsign", "--addsign", "--define", f"_gpg_path {gnupg}", "--define",
-            f"__gpg {shutil.which('gpg')}",
-            "--define", f"_gpg_name {uid}", *(str(p) for _, p in built)])
-    for repo, rel in REPO_DIRS.items():
+    # The toolkit's packages carry a signing key the repository's gpgkey does not serve, as when
+    # NVIDIA rotated its rpm key between releases (review L4): only the signed metadata is checked.
+    rotated = gnupg.parent / "gnupg-rotated"
+    rotated.mkdir(mode=0o700, exist_ok=True)
+    tg.run(["gpg", "--homedir", str(rotated), "--batch", "--yes", "--pinentry-mode", "loopback",
+            "--passphrase", "", "--quick-gen-key",
+            "gpufleet rotated rpm key <rot@gpufleet.invalid>",
+            "rsa2048", "sign", "1d"])
+    for home, group in ((gnupg, [p for r, p in built if r.repo != "toolkit"]),
+                        (rotated, [p for r, p in built if r.repo == "toolkit"])):
+        keys = tg.run(["gpg", "--homedir", str(home), "--list-keys", "--with-colons"]).stdout
+        uid = next(f.split(":")[9] for f in keys.splitlines() if f.startswith("uid:"))
+        tg.run(["rpmsign", "--addsign", "--define", f"_gpg_path {home}", "--define",
+                f"__gpg {shutil.which('gpg')}", "--define", f"_gpg_name {uid}",
+                *(str(p) for p in group)])
+    tg.run(["gpgconf", "--homedir", str(rotated), "--kill", "gpg-agent"])
+    for repo, rel in dirs.items():
         d = root / rel
         (d / "Packages").mkdir(parents=True, exist_ok=True)
         for rpm, path in built:
             if rpm.repo == repo:
                 shutil.copy(path, d / "Packages" / path.name)
         tg.run(["createrepo_c", "--quiet", "--no-database", str(d)])
-    cuda = root / REPO_DIRS["cuda"]
+    cuda = root / dirs["cuda"]
     modules = cuda / "modules.yaml"
     modules.write_text(_modulemd([r for r in rpms if r.repo == "cuda"]))
     tg.run(["modifyrepo_c", "--mdtype=modules", str(modules), str(cuda / "repodata")])
     # Signed metadata (repo_gpgcheck=1, as NVIDIA's libnvidia-container repo file asks for).
-    for rel in REPO_DIRS.values():
+    for rel in dirs.values():
         tg.run(["gpg", "--homedir", str(gnupg), "--batch", "--yes", "--armor", "--detach-sign",
                 "-o", str(root / rel / "repodata/repomd.xml.asc"),
                 str(root / rel / "repodata/repomd.xml")])
     shutil.rmtree(top)
-    return RpmRepos(base=base, rpms=rpms)
+    return RpmRepos(base=base, rpms=rpms, dirs=dirs, major=major)
 
 
 def rocky_repo_file(repos: RpmRepos) -> str:
-    """What rocky-release puts in /etc/yum.repos.d (BaseOS, AppStream, extras on; CRB off)."""
+    """What rocky-release puts in /etc/yum.repos.d (BaseOS, AppStream, extras on; CRB off, its id
+    powertools on Rocky 8)."""
     out = []
+    crb = "powertools" if repos.major == 8 else "crb"
     for repo, enabled in (("baseos", 1), ("appstream", 1), ("extras", 1), ("crb", 0)):
-        out.append(f"[{repo}]\nname=Rocky Linux 9 - {repo}\nbaseurl={repos.url(repo)}\n"
+        out.append(f"[{crb if repo == 'crb' else repo}]\nname=Rocky Linux {repos.major} - {repo}\n"
+                   f"baseurl={repos.url(repo)}\n"
                    f"enabled={enabled}\ngpgcheck=1\ngpgkey={repos.base}/key.asc\n")
     return "\n".join(out)
 

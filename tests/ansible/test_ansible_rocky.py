@@ -76,9 +76,15 @@ class RockyLab:
 
 @pytest.fixture(scope="module")
 def rocky_lab() -> Iterator[RockyLab]:
+    yield from lab(9)
+
+
+def lab(major: int) -> Iterator[RockyLab]:
+    """A Rocky `major` target and its repositories; everything started is stopped by PID on every
+    exit path (the fixture's generator is closed on failure and Ctrl-C too)."""
     if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "rpmbuild")):
         pytest.fail("RHEL role tests need root, debootstrap, rpmbuild (scripts/setup.sh)")
-    workdir = Path(f"/var/tmp/gpufleet-rocky-tests-{os.getpid()}")
+    workdir = Path(f"/var/tmp/gpufleet-rocky{major}-tests-{os.getpid()}")
     shutil.rmtree(workdir, ignore_errors=True)
     logdir = workdir / "logs"
     logdir.mkdir(parents=True)
@@ -89,7 +95,7 @@ def rocky_lab() -> Iterator[RockyLab]:
     try:
         addr = tg.free_address()
         mirror = rpmgraph.new_mirror(workdir / "mirror", gnupg, addr)
-        repos = rpmgraph.build(workdir / "mirror", mirror, gnupg)
+        repos = rpmgraph.build(workdir / "mirror", mirror, gnupg, major)
         tg.serve_mirror(mirror, logdir / "mirror-http.log")
         t = rt.prepare(workdir, addr, repos, mirror.root / "key.asc")
         # GPUDirect Storage's nvidia-fs, installed by someone else: the role must not lock it (M19).
@@ -111,16 +117,17 @@ def rocky_lab() -> Iterator[RockyLab]:
         if gnupg.exists():
             subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
         keep = Path(os.environ.get("GPUFLEET_ROCKY_TEST_LOGS", "/var/tmp/gpufleet-rocky-test-logs"))
+        keep = keep.with_name(f"{keep.name}-{major}")
         shutil.rmtree(keep, ignore_errors=True)
         if logdir.exists():
             shutil.copytree(logdir, keep)
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _at(version: str, names: list[str]) -> dict[str, str]:
+def _at(version: str, names: list[str], el: str = "el9") -> dict[str, str]:
     for name in names:
         assert rpmgraph.sourced(GRAPH, name, "name", "version"), f"{name}: an inferred fact"
-    return {n: f"3:{version}-1.el9" for n in names}
+    return {n: f"3:{version}-1.{el}" for n in names}
 
 
 def test_facts_say_rocky_with_dnf(rocky_lab: RockyLab) -> None:
