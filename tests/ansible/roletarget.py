@@ -72,15 +72,15 @@ def host_debian_archives() -> dict[str, str]:
     return found
 
 
-def rootfs_tarball() -> Path:
-    """The cached minbase tree (tar), built with debootstrap when missing."""
-    tarball = CACHE / "debootstrap" / f"{SUITE}-minbase-v{ROOTFS_VERSION}-{'_'.join(INCLUDE)}.tar"
+def rootfs_tarball(include: Sequence[str] = INCLUDE) -> Path:
+    """The cached minbase tree (tar) with `include`, built with debootstrap when missing."""
+    tarball = CACHE / "debootstrap" / f"{SUITE}-minbase-v{ROOTFS_VERSION}-{'_'.join(include)}.tar"
     if tarball.exists():
         return tarball
     tarball.parent.mkdir(parents=True, exist_ok=True)
     with debootstrap_cache_lock():
         if not tarball.exists():
-            _build_rootfs(tarball)
+            _build_rootfs(tarball, include)
     return tarball
 
 
@@ -95,7 +95,7 @@ def debootstrap_cache_lock() -> Iterator[None]:
         yield
 
 
-def _build_rootfs(tarball: Path) -> None:
+def _build_rootfs(tarball: Path, include: Sequence[str]) -> None:
     build = tarball.parent / f"build-{os.getpid()}"
     shutil.rmtree(build, ignore_errors=True)
     debs = CACHE / "debootstrap" / "debs"
@@ -105,7 +105,7 @@ def _build_rootfs(tarball: Path) -> None:
             [
                 "debootstrap",
                 "--variant=minbase",
-                f"--include={','.join(INCLUDE)}",
+                f"--include={','.join(include)}",
                 f"--cache-dir={debs}",
                 SUITE,
                 str(build),

@@ -1,0 +1,115 @@
+"""A Rocky Linux 9 target for the roles: the debootstrap tree with Debian's dnf, libdnf, rpm
+and dnf-plugins-core (versionlock, config-manager) added, given Rocky's identity (/etc/os-release,
+/etc/redhat-release and an rpm database whose rocky-release provides
+system-release(releasever) = 9),
+so Ansible's facts say os_family RedHat, pkg_mgr dnf, and ansible.builtin.dnf, `dnf module`,
+`dnf versionlock` and `dnf config-manager` run for real against the rpm repositories of
+tests/ansible/rpmgraph.py. Reached over SSH like the Debian targets (roletarget.start_sshd).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import roletarget as tg
+import rpmgraph
+
+# What Debian 12 ships of the RHEL package stack (dnf 4.14, libdnf 0.69 with libmodulemd, rpm 4.18).
+INCLUDE = [*tg.INCLUDE, "dnf", "python3-dnf", "python3-libdnf", "dnf-plugins-core", "rpm"]
+
+# Rocky 9.6's /etc/os-release (https://rockylinux.org/ release notes; fields as Ansible's
+# distribution facts read them: ID, VERSION_ID, ID_LIKE).
+OS_RELEASE = """NAME="Rocky Linux"
+VERSION="9.6 (Blue Onyx)"
+ID="rocky"
+ID_LIKE="rhel centos fedora"
+VERSION_ID="9.6"
+PLATFORM_ID="platform:el9"
+PRETTY_NAME="Rocky Linux 9.6 (Blue Onyx)"
+"""
+REDHAT_RELEASE = "Rocky Linux release 9.6 (Blue Onyx)\n"
+# Rocky 8.10 (https://rockylinux.org/ release notes), the same fields.
+OS_RELEASE_8 = """NAME="Rocky Linux"
+VERSION="8.10 (Green Obsidian)"
+ID="rocky"
+ID_LIKE="rhel centos fedora"
+VERSION_ID="8.10"
+PLATFORM_ID="platform:el8"
+PRETTY_NAME="Rocky Linux 8.10 (Green Obsidian)"
+"""
+REDHAT_RELEASE_8 = "Rocky Linux release 8.10 (Green Obsidian)\n"
+
+
+def prepare(workdir: Path, addr: str, repos: rpmgraph.RpmRepos, key: Path) -> tg.Target:
+    """Unpack the tree with dnf, make it Rocky 9, point its repos at the local mirror."""
+    root = workdir / "root"
+    root.mkdir(parents=True)
+    tg.run(["tar", "-C", str(root), "--numeric-owner", "-xf", str(tg.rootfs_tarball(INCLUDE))])
+    (root / "etc/apt/sources.list").write_text("")
+    (root / "etc/os-release").unlink(missing_ok=True)
+    (root / "usr/lib/os-release").write_text(OS_RELEASE_8 if repos.major == 8 else OS_RELEASE)
+    (root / "etc/os-release").symlink_to("../usr/lib/os-release")
+    (root / "etc/debian_version").unlink(missing_ok=True)
+    for name in ("redhat-release", "rocky-release", "system-release"):
+        (root / "etc" / name).write_text(REDHAT_RELEASE_8 if repos.major == 8 else REDHAT_RELEASE)
+    # Debian's rpm keeps its database in ~/.rpmdb (it is not Debian's package manager); on RHEL
+    # it is the system's: /var/lib/rpm.
+    (root / "etc/rpm").mkdir(exist_ok=True)
+    (root / "etc/rpm/macros").write_text("%_dbpath /var/lib/rpm\n")
+    (root / "etc/yum.repos.d").mkdir(exist_ok=True)
+    (root / "etc/yum.repos.d/rocky.repo").write_text(rpmgraph.rocky_repo_file(repos))
+    (root / "etc/dnf/dnf.conf").write_text(
+        "[main]\ngpgcheck=1\ninstallonly_limit=3\nclean_requirements_on_remove=True\n"
+        "best=True\nskip_if_unavailable=False\nreposdir=/etc/yum.repos.d\n"
+    )
+    # dnf-plugins-core's "local" plugin is on in Debian; Rocky ships it separately, off.
+    (root / "etc/dnf/plugins/local.conf").unlink(missing_ok=True)
+    tg.run(["chroot", str(root), "rpm", "--initdb"])
+    tg.run(["cp", str(key), str(root / "tmp/key.asc")])
+    tg.run(["chroot", str(root), "rpm", "--import", "/tmp/key.asc"])
+    release = next(r for r in repos.rpms if r.name == "rocky-release")
+    pkg = f"{release.name}-{release.version}-{release.release}.{release.arch}.rpm"
+    local = root / "tmp" / pkg
+    tg.run(["cp", str(workdir / "mirror" / repos.dirs["baseos"] / "Packages" / pkg),
+            str(local)])
+    tg.run(["chroot", str(root), "rpm", "-i", "--nodeps", f"/tmp/{pkg}"])
+    return _keys(root, workdir, addr)
+
+
+def _keys(root: Path, workdir: Path, addr: str) -> tg.Target:
+    """sshd config, a fresh host key and client key, known_hosts (as roletarget.prepare_target)."""
+    t = tg.Target(root=root, workdir=workdir, addr=addr)
+    for name in ("resolv.conf", "hosts"):
+        tg.shutil.copy(f"/etc/{name}", root / "etc" / name)
+    (root / "etc/ssh/sshd_config_gpufleet").write_text(tg.SSHD_CONFIG.format(addr=addr))
+    for old in (root / "etc/ssh").glob("ssh_host_*"):
+        old.unlink()
+    hostkey = root / "etc/ssh/ssh_host_ed25519_key"
+    tg.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-rocky", "-f",
+            str(hostkey)])
+    (root / "run/sshd").mkdir(parents=True, exist_ok=True)
+    tg.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-tests", "-f",
+            str(t.key)])
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(t.key.with_suffix(".pub").read_text())
+    (ssh_dir / "authorized_keys").chmod(0o600)
+    kind, b64 = hostkey.with_suffix(".pub").read_text().split()[:2]
+    t.known_hosts.write_text(f"{t.addr} {kind} {b64}\n")
+    return t
+
+
+def rpms(t: tg.Target) -> dict[str, str]:
+    """Installed name -> epoch:version-release (epoch 0 shown as none), from the target's rpmdb."""
+    out = t.chroot("rpm", "-qa", "--queryformat", "%{NAME} %{EPOCHNUM}:%{VERSION}-%{RELEASE}\n")
+    found: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        name, evr = line.split()
+        found[name] = evr.removeprefix("0:")
+    return found
+
+
+def locks(t: tg.Target) -> list[str]:
+    """The versionlock list's entries, as dnf versionlock wrote them."""
+    text = (t.root / "etc/dnf/plugins/versionlock.list").read_text()
+    return [line for line in text.splitlines() if line and not line.startswith("#")]

@@ -1,0 +1,293 @@
+"""The nvidia_driver role on Rocky Linux 9 where dnf really runs (issue 24; review items H4, H5,
+M19, M20): a target whose facts say os_family RedHat / pkg_mgr dnf (tests/ansible/rheltarget.py),
+rpm repositories shaped like NVIDIA's cuda-rhel9-x86_64 (module streams, driver subpackages at one
+epoch:version, meta-packages requiring the driver with ">="), EPEL 9 and Rocky's repos
+(tests/ansible/graphs/rpm/rocky9.toml, built by rpmgraph.py), reached over SSH by ansible-playbook.
+Assertions name only packages whose asserted facts are sourced (rpmgraph.sourced).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import rheltarget as rt
+import roletarget as tg
+import rpmgraph
+
+from conftest import PlayResult, _write_inventory, run_playbook
+from harness.processes import stop_pid
+
+pytestmark = [pytest.mark.ansible, pytest.mark.slow]
+
+SITE = "playbooks/site.yml"
+UPGRADE = "playbooks/upgrade_driver.yml"
+TAGS = ("--tags", "nvidia_driver")
+ENGINE_TAGS = ("--tags", "container_runtime,nvidia_container_toolkit")
+GRAPH = rpmgraph.load()
+A, B, C = "580.95.05", "580.105.08", "590.44.01"
+DRIVER = ["nvidia-open", "nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda",
+          "nvidia-driver-cuda-libs", "nvidia-kmod-common", "kmod-nvidia-open-dkms"]
+
+
+@dataclass
+class RockyLab:
+    target: tg.Target
+    repos: rpmgraph.RpmRepos
+    inventory: Path
+    logdir: Path
+
+    def play(self, name: str, *args: str, **extra: object) -> PlayResult:
+        """site.yml, the driver role only unless args name other --tags."""
+        tags = () if "--tags" in args else TAGS
+        return run_playbook(Path(__file__).resolve().parents[2] / SITE, self.inventory,
+                            self.logdir, name, *tags, *args, extra_vars=self.vars() | extra)
+
+    def vars(self) -> dict[str, object]:
+        return {
+            "nvidia_driver_source": "cuda_repo",
+            "nvidia_driver_cuda_repo_url": self.repos.url("cuda").rstrip("/"),
+            "nvidia_driver_cuda_repo_key_url": f"{self.repos.base}/key.asc",
+            "nvidia_driver_branch": "580",
+            "nvidia_driver_version": A,
+            "nvidia_driver_kernel_modules": "open",
+            "nvidia_driver_fabricmanager": "enabled",
+            "nvidia_driver_kernel_headers_required": False,
+            "nvidia_driver_kernel_headers_install": False,
+            "nvidia_driver_epel_enabled": True,
+            "container_runtime_engine": "docker",
+            "container_runtime_source": "docker_repo",
+            "container_runtime_docker_repo_url": f"{self.repos.base}/docker/linux/rhel",
+            "container_runtime_docker_repo_key_url": f"{self.repos.base}/key.asc",
+            "nvidia_container_toolkit_repo_url": self.repos.url("toolkit").rstrip("/"),
+            "nvidia_container_toolkit_repo_key_url": f"{self.repos.base}/key.asc",
+            "nvidia_container_toolkit_version": "1.19.1",
+        }
+
+    def rpms(self) -> dict[str, str]:
+        return rt.rpms(self.target)
+
+
+@pytest.fixture(scope="module")
+def rocky_lab() -> Iterator[RockyLab]:
+    yield from lab(9)
+
+
+def lab(major: int) -> Iterator[RockyLab]:
+    """A Rocky `major` target and its repositories; everything started is stopped by PID on every
+    exit path (the fixture's generator is closed on failure and Ctrl-C too)."""
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("debootstrap", "rpmbuild")):
+        pytest.fail("RHEL role tests need root, debootstrap, rpmbuild (scripts/setup.sh)")
+    workdir = Path(f"/var/tmp/gpufleet-rocky{major}-tests-{os.getpid()}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    logdir = workdir / "logs"
+    logdir.mkdir(parents=True)
+    gnupg = workdir / "gnupg"
+    t: tg.Target | None = None
+    mirror: tg.Mirror | None = None
+    addr = ""
+    try:
+        addr = tg.free_address()
+        mirror = rpmgraph.new_mirror(workdir / "mirror", gnupg, addr)
+        repos = rpmgraph.build(workdir / "mirror", mirror, gnupg, major)
+        tg.serve_mirror(mirror, logdir / "mirror-http.log")
+        t = rt.prepare(workdir, addr, repos, mirror.root / "key.asc")
+        # GPUDirect Storage's nvidia-fs, installed by someone else: the role must not lock it (M19).
+        t.chroot("dnf", "-q", "-y", "--repofrompath", f"cuda,{repos.url('cuda')}", "install",
+                 "nvidia-fs")
+        # Rocky's podman (with runc), which Docker's RHEL guide removes before docker-ce.
+        t.chroot("dnf", "-q", "-y", "install", "podman")
+        tg.start_sshd(t, logdir / "sshd.log")
+        inventory = workdir / "inventory.json"
+        _write_inventory(inventory, t)
+        yield RockyLab(t, repos, inventory, logdir)
+    finally:
+        if t is not None:
+            t.stop()
+        if addr:
+            tg.release_address(addr)
+        if mirror is not None:
+            mirror.stop()
+        if gnupg.exists():
+            subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
+        keep = Path(os.environ.get("GPUFLEET_ROCKY_TEST_LOGS", "/var/tmp/gpufleet-rocky-test-logs"))
+        keep = keep.with_name(f"{keep.name}-{major}")
+        shutil.rmtree(keep, ignore_errors=True)
+        if logdir.exists():
+            shutil.copytree(logdir, keep)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _at(version: str, names: list[str], el: str = "el9") -> dict[str, str]:
+    for name in names:
+        assert rpmgraph.sourced(GRAPH, name, "name", "version"), f"{name}: an inferred fact"
+    return {n: f"3:{version}-1.{el}" for n in names}
+
+
+def test_facts_say_rocky_with_dnf(rocky_lab: RockyLab) -> None:
+    """The target is what the roles' RHEL branch expects: Ansible says RedHat/dnf."""
+    res = run_playbook(Path(__file__).resolve().parent / "playbooks" / "facts_platform.yml",
+                       rocky_lab.inventory, rocky_lab.logdir, "facts")
+    assert res.rc == 0, res.tail()
+    assert "GPUFLEET_FACTS Rocky 9 RedHat dnf" in res.flat, res.tail()
+
+
+def test_check_mode_on_a_new_host_succeeds(rocky_lab: RockyLab) -> None:
+    """M20: --check before NVIDIA's repo exists: repo and stream are not written in check mode,
+    so the package tasks wait and say so instead of failing on "no package nvidia-open-580.*"."""
+    res = rocky_lab.play("check-new-host", "--check")
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert "SKIPPED package checks and installation" in res.flat, res.tail()
+    assert "nvidia-open" not in rocky_lab.rpms()
+    assert not (rocky_lab.target.root / "etc/yum.repos.d/gpufleet-nvidia-driver.repo").exists()
+
+
+def test_check_mode_toolkit_and_docker_on_a_new_host(rocky_lab: RockyLab) -> None:
+    """M20 for the toolkit and the engine: their repositories are not written in check mode; the
+    installs wait and say so, nothing is removed (podman stays)."""
+    res = rocky_lab.play("check-new-host-engine", "--check", *ENGINE_TAGS)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert "SKIPPED engine installation" in res.flat, res.tail()
+    assert "SKIPPED toolkit installation" in res.flat, res.tail()
+    have = rocky_lab.rpms()
+    assert "podman" in have and "docker-ce" not in have, have
+
+
+def test_without_epel_the_role_refuses_naming_epel_and_crb(rocky_lab: RockyLab) -> None:
+    """H5: the DKMS stream needs dkms from EPEL (and EPEL needs CRB); without them the role stops
+    before the transaction, naming both, and installs nothing."""
+    res = rocky_lab.play("no-epel", nvidia_driver_epel_enabled=False)
+    assert res.rc != 0 and res.host()["failed"] == 1, res.tail()
+    assert "needs the dkms package from EPEL" in res.flat and "CRB" in res.flat, res.tail()
+    assert "nvidia_driver_epel_enabled=true" in res.flat, res.tail()
+    have = rocky_lab.rpms()
+    assert not [n for n in DRIVER if n in have], have
+
+
+@pytest.fixture(scope="module")
+def converged(rocky_lab: RockyLab) -> PlayResult:
+    return rocky_lab.play("converge-580a")
+
+
+def test_converge_enables_crb_and_epel(converged: PlayResult, rocky_lab: RockyLab) -> None:
+    """H5: with nvidia_driver_epel_enabled the role enables CRB (dnf config-manager) and installs
+    EPEL's release package; dkms then comes from EPEL."""
+    assert converged.rc == 0 and converged.host()["failed"] == 0, converged.tail()
+    repo = (rocky_lab.target.root / "etc/yum.repos.d/rocky.repo").read_text()
+    crb = repo[repo.index("[crb]"):]
+    assert "enabled=1" in crb.split("\n[")[0], crb
+    have = rocky_lab.rpms()
+    assert "epel-release" in have and "dkms" in have, have
+
+
+def test_exact_version_installs_every_subpackage_at_it(
+    converged: PlayResult, rocky_lab: RockyLab
+) -> None:
+    """H4: nvidia-open-580.A requires the driver with ">=", and the stream has 580.B: every driver
+    subpackage and the fabric manager end at 580.A, not the newest of the stream."""
+    assert converged.rc == 0, converged.tail()
+    have = rocky_lab.rpms()
+    assert {n: have.get(n) for n in DRIVER} == _at(A, DRIVER)
+    assert rpmgraph.sourced(GRAPH, "nvidia-fabricmanager", "name", "version")
+    assert have.get("nvidia-fabricmanager") == f"{A}-1.el9"
+
+
+def test_locks_only_what_the_role_installed(converged: PlayResult, rocky_lab: RockyLab) -> None:
+    """M19: versionlock entries for the driver's closure, by exact name; GDS's nvidia-fs (matching
+    nvidia-*) is not locked."""
+    assert converged.rc == 0, converged.tail()
+    locks = rt.locks(rocky_lab.target)
+    names = {rpmgraph.lock_name(e) for e in locks}
+    assert set(DRIVER) | {"nvidia-fabricmanager", "nvidia-persistenced"} <= names, locks
+    assert "nvidia-fs" not in names, locks
+    assert all(A in e for e in locks), locks
+
+
+def test_second_run_changes_nothing(converged: PlayResult, rocky_lab: RockyLab) -> None:
+    assert converged.rc == 0, converged.tail()
+    res = rocky_lab.play("idempotence-580a")
+    assert res.rc == 0 and res.host()["changed"] == 0, res.tail()
+
+
+def test_a_busy_host_is_refused_before_any_package_changes(
+    converged: PlayResult, rocky_lab: RockyLab
+) -> None:
+    """H3 on dnf: GPU work runs and site.yml may not reboot: the version change is refused before
+    the stream or any package moves, not after new userspace met the old kernel module."""
+    assert converged.rc == 0, converged.tail()
+    gpu = tg.start_gpu_process(rocky_lab.target)
+    try:
+        res = rocky_lab.play("busy-580b", nvidia_driver_version=B)
+    finally:
+        stop_pid(gpu)
+    assert res.rc != 0 and res.host()["failed"] == 1, res.tail()
+    assert "Refused before installing: " in res.flat, res.tail()
+    assert f"GPU processes: {gpu.pid} sleep" in res.flat, res.tail()
+    have = rocky_lab.rpms()
+    assert {n: have.get(n) for n in DRIVER} == _at(A, DRIVER)
+
+
+def _upgrade(rocky_lab: RockyLab, name: str, **extra: object) -> PlayResult:
+    return run_playbook(Path(__file__).resolve().parents[2] / UPGRADE, rocky_lab.inventory,
+                        rocky_lab.logdir, name, extra_vars=rocky_lab.vars() | extra)
+
+
+def test_upgrade_within_the_branch_moves_the_locks(
+    converged: PlayResult, rocky_lab: RockyLab
+) -> None:
+    """upgrade_driver.yml 580.A -> 580.B: the role's locks are released and set again at B for
+    exactly its packages; the fabric manager follows the driver; nvidia-fs stays unlocked."""
+    assert converged.rc == 0, converged.tail()
+    res = _upgrade(rocky_lab, "upgrade-580b", nvidia_driver_version=B)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    have = rocky_lab.rpms()
+    assert {n: have.get(n) for n in DRIVER} == _at(B, DRIVER)
+    assert have.get("nvidia-fabricmanager") == f"{B}-1.el9"
+    locks = rt.locks(rocky_lab.target)
+    assert all(B in e for e in locks) and "nvidia-fs" not in str(locks), locks
+
+
+def test_upgrade_to_590_switches_the_module_stream(
+    converged: PlayResult, rocky_lab: RockyLab
+) -> None:
+    """upgrade_driver.yml to 590: nvidia-driver:580-open is reset and 590-open enabled; every
+    driver package and the fabric manager move to 590.C and the locks follow."""
+    assert converged.rc == 0, converged.tail()
+    res = _upgrade(rocky_lab, "upgrade-590", nvidia_driver_version=C, nvidia_driver_branch="590")
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    streams = rocky_lab.target.chroot("dnf", "-q", "module", "list", "--enabled",
+                                      "nvidia-driver").stdout
+    assert "590-open" in streams and "580-open" not in streams, streams
+    have = rocky_lab.rpms()
+    assert {n: have.get(n) for n in DRIVER} == _at(C, DRIVER)
+    assert have.get("nvidia-fabricmanager") == f"{C}-1.el9"
+    locks = rt.locks(rocky_lab.target)
+    assert all(C in e for e in locks) and "nvidia-fs" not in str(locks), locks
+
+
+def test_toolkit_and_docker_from_their_repos(converged: PlayResult, rocky_lab: RockyLab) -> None:
+    """Docker CE from /linux/rhel with podman and runc removed first; the toolkit's four packages at
+    1.19.1 from NVIDIA's repo (signed metadata, repo_gpgcheck as NVIDIA's repo file: L4), locked;
+    nvidia-ctk's runtime handed to the engine's daemon.json; a second run changes nothing."""
+    res = rocky_lab.play("converge-engine", *ENGINE_TAGS)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    have = rocky_lab.rpms()
+    assert "podman" not in have and "runc" not in have, have
+    for name in ("docker-ce", "containerd.io", "nvidia-container-toolkit"):
+        assert rpmgraph.sourced(GRAPH, name, "name"), name
+    assert have.get("docker-ce") == "29.6.1-1.el9" and "containerd.io" in have, have
+    toolkit = ["nvidia-container-toolkit", "nvidia-container-toolkit-base",
+               "libnvidia-container-tools", "libnvidia-container1"]
+    assert {n: have.get(n) for n in toolkit} == {n: "1.19.1-1" for n in toolkit}
+    names = {rpmgraph.lock_name(e) for e in rt.locks(rocky_lab.target)}
+    assert set(toolkit) <= names, names
+    daemon = json.loads((rocky_lab.target.root / "etc/docker/daemon.json").read_text())
+    assert daemon["runtimes"]["nvidia"]["path"].endswith("nvidia-container-runtime"), daemon
+    again = rocky_lab.play("converge-engine-again", *ENGINE_TAGS)
+    assert again.rc == 0 and again.host()["changed"] == 0, again.tail()
