@@ -47,6 +47,7 @@ LONGEST_FIRST = (
     "role_lab",  # 280 s: tests/ansible/test_ansible_roles.py
     "tests/fleet/test_localize_fleet.py",  # 215 s
     "docker_lab",  # 205 s
+    "tests/ansible/test_ansible_rocky.py",  # 160 s
     "tests/slurm/test_slurm.py",  # 75 s
     "tests/ansible/test_ansible_ubuntu_graph.py",  # 75 s
     "fleet",  # 70 s
