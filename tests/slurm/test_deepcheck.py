@@ -2,10 +2,10 @@
 scavenger partition is preempted by a real production job at once (requeued, the node goes to
 the production job), runs again once the node is idle, and its save makes the node covered.
 
-Its own small cluster (slurmlib): dc1 and dc2, each in partition prod (PriorityTier=10) and
-scavenger (PriorityTier=1), with the preemption settings docs/slurm.md says to turn on. Both are
-CPU nodes declared as such (gpufleet_expected_gpu_count: 0), so the full smoke test runs its
-gloo ranks: the same job, script and save a GPU node gets.
+Its own small cluster (slurmlib): dc1 and dc2, each in partition gpu (PriorityTier=10) and
+scavenger (PriorityTier=1), with the slurm.conf lines docs/slurm.md says to add, read from it.
+Both are CPU nodes declared as such (gpufleet_expected_gpu_count: 0), so the full smoke test
+runs its gloo ranks: the same job, script and save a GPU node gets.
 """
 
 from __future__ import annotations
@@ -24,22 +24,26 @@ import yaml
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 VENV_BIN = Path(sys.executable).parent
-HOSTS = [("dc1", "no-nvidia-smi", "prod"), ("dc2", "no-nvidia-smi", "prod")]
-# What docs/slurm.md "Deep checks on idle nodes" tells an admin to add (PreemptMode per
-# partition: the scavenger's jobs are requeued, production's are never preempted).
-PREEMPT = "PreemptType=preempt/partition_prio\nPreemptMode=REQUEUE\n"
-PARTITIONS = [
-    "PartitionName=prod Nodes=dc1,dc2 PriorityTier=10 PreemptMode=OFF Default=YES "
-    "MaxTime=INFINITE State=UP",
-    "PartitionName=scavenger Nodes=dc1,dc2 PriorityTier=1 PreemptMode=REQUEUE "
-    "MaxTime=INFINITE State=UP",
-]
+REPO = Path(__file__).resolve().parents[2]
+HOSTS = [("dc1", "no-nvidia-smi", "gpu"), ("dc2", "no-nvidia-smi", "gpu")]
+
+
+def _documented_conf() -> tuple[str, list[str]]:
+    """The slurm.conf lines docs/slurm.md tells an admin to add ("How to turn it on"), with this
+    cluster's nodes: the settings tested are the settings documented."""
+    doc = (REPO / "docs" / "slurm.md").read_text()
+    block = doc.split("### How to turn it on", 1)[1].split("```ini\n", 1)[1].split("```", 1)[0]
+    lines = [ln for ln in block.splitlines() if ln.strip() and not ln.startswith("#")]
+    parts = [ln.replace("gpu[001-128]", "dc1,dc2") for ln in lines if ln.startswith("Partition")]
+    assert len(parts) == 2 and all("dc1,dc2" in p for p in parts), block
+    return "\n".join(ln for ln in lines if not ln.startswith("Partition")), parts
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmlib.Cluster]:
     root = tmp_path_factory.mktemp("slurm-deepcheck")
-    c = slurmlib.prepare(root, HOSTS, extra=PREEMPT, partitions=PARTITIONS)
+    extra, partitions = _documented_conf()
+    c = slurmlib.prepare(root, HOSTS, extra=extra, partitions=partitions)
     (root / "expect.yml").write_text(yaml.safe_dump({
         "gpufleet_expected_gpu_count": 0, "gpufleet_smoke_runtime": "host",
         "gpufleet_smoke_python": sys.executable}))
@@ -80,7 +84,7 @@ def test_preempted_deep_check_is_requeued_and_later_covers_the_node(
         cluster: slurmlib.Cluster) -> None:
     t_start = time.monotonic()
     # dc2 is busy with a production job: deepcheck leaves it alone and picks dc1.
-    busy = cluster.run(["sbatch", "--parsable", "-p", "prod", "-w", "dc2", "--exclusive",
+    busy = cluster.run(["sbatch", "--parsable", "-p", "gpu", "-w", "dc2", "--exclusive",
                         "-o", "/dev/null", "--wrap", "sleep 300"])
     assert busy.returncode == 0, busy.stderr
     busy_job = busy.stdout.strip()
@@ -113,7 +117,7 @@ def test_preempted_deep_check_is_requeued_and_later_covers_the_node(
 
         # A real job for dc1: it takes the node at once, the deep check goes back to the queue.
         time.sleep(2)  # the check is inside its smoke test by now
-        prod = cluster.run(["sbatch", "--parsable", "-p", "prod", "-w", "dc1", "-o",
+        prod = cluster.run(["sbatch", "--parsable", "-p", "gpu", "-w", "dc1", "-o",
                             "/dev/null", "--wrap", "sleep 3"])
         assert prod.returncode == 0, prod.stderr
         prod_job = prod.stdout.strip()

@@ -191,3 +191,26 @@ def test_deepcheck_needs_a_store_and_a_duration() -> None:
         proc = subprocess.run([sys.executable, "-m", "gpufleet", *argv], capture_output=True,
                               text=True, timeout=60, env={"PATH": "/nonexistent"}, check=False)
         assert proc.returncode == 2 and text in proc.stderr, proc.stderr
+
+
+def test_every_option_is_documented_in_slurm_md() -> None:
+    from gpufleet.cli import build_parser  # noqa: PLC0415
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
+    sub = build_parser()._subparsers._group_actions[0].choices["deepcheck"]  # type: ignore[union-attr]
+    for action in sub._actions:
+        for option in action.option_strings:
+            assert option in ("-h", "--help") or option in docs, f"{option} not in slurm.md"
+
+
+def test_the_table_says_per_node_what_and_why() -> None:
+    from gpufleet.cli.deepcheck import _render  # noqa: PLC0415
+
+    choices = dc.plan(dc.Inputs(_nodes(dc1="idle", dc2="allocated"), {}, {"dc1": None,
+                                "dc2": 2 * DAY}, {}), S, NOW)
+    text = _render(choices, S, 2, dry=True)
+    assert text.splitlines()[0] == ("gpufleet deepcheck: partition scavenger, 2 node(s), full "
+                                    "check every 7.0d, run every 1.0h: 1 per run; would submit 1")
+    assert text.splitlines()[2].split() == ["dc1", "submit", "-", "never", "never", "passed",
+                                            "a", "full", "check"]
+    assert text.splitlines()[3].split()[:5] == ["dc2", "skip", "-", "2.0d", "not"]
