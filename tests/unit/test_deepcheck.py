@@ -214,3 +214,39 @@ def test_the_table_says_per_node_what_and_why() -> None:
     assert text.splitlines()[2].split() == ["dc1", "submit", "-", "never", "never", "passed",
                                             "a", "full", "check"]
     assert text.splitlines()[3].split()[:5] == ["dc2", "skip", "-", "2.0d", "not"]
+
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-deepcheck-2026-12-01"
+
+
+def _captured() -> tuple[str, str]:
+    return ((CAPTURES / "scontrol-show-partition.txt").read_text(),
+            (CAPTURES / "scontrol-show-config.txt").read_text())
+
+
+def test_the_documented_config_is_preemptible() -> None:
+    parts, config = _captured()
+    nodes, _ = dc.parse_nodes((CAPTURES / "sinfo.txt").read_text(), "scavenger")
+    assert sorted(nodes) == ["dc1", "dc2"] and nodes["dc1"].partitions == ("scavenger", "gpu")
+    assert dc.preemptible(parts, config, "scavenger", ["gpu"]) is None
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (("config", "preempt/partition_prio", "preempt/none"), "PreemptType is 'preempt/none'"),
+    (("parts", "PriorityTier=10", "PriorityTier=1"),
+     "partition scavenger: PriorityTier=1 is not below that of gpu"),
+    (("parts", "PreemptMode=REQUEUE", "PreemptMode=SUSPEND"),
+     "partition scavenger: PreemptMode=SUSPEND, not REQUEUE"),
+    (("parts", "PartitionName=scavenger", "PartitionName=other"),
+     "no partition 'scavenger'"),
+])
+def test_a_config_where_real_jobs_would_wait_is_refused(edit: tuple[str, str, str],
+                                                        says: str) -> None:
+    parts, config = _captured()
+    which, old, new = edit
+    if which == "config":
+        config = config.replace(old, new)
+    else:
+        parts = parts.replace(old, new)
+    why = dc.preemptible(parts, config, "scavenger", ["gpu"])
+    assert why is not None and says in why, why

@@ -99,6 +99,7 @@ def cmd_deepcheck(args: argparse.Namespace) -> int:
     try:
         entries = store.entries()
         nodes, queued = queue.nodes(), queue.queued()
+        unsafe = queue.not_preemptible(nodes) if nodes else None
     except StoreError as exc:
         raise UsageError(f"run store: {exc}") from exc
     except SlurmError as exc:
@@ -106,7 +107,10 @@ def cmd_deepcheck(args: argparse.Namespace) -> int:
     for note in store.notes + queue.notes:
         print(f"gpufleet: {redact.text(note)}", file=sys.stderr)
     if not nodes:
-        raise UsageError(f"deepcheck: partition {args.partition!r} has no nodes (sinfo -p)")
+        raise UsageError(f"deepcheck: partition {args.partition!r} has no nodes (sinfo)")
+    if unsafe is not None:  # a check that real jobs must wait for is worse than none
+        raise UsageError(f"deepcheck: refusing to submit: {unsafe} (docs/slurm.md, \"How to "
+                         "turn it on\")")
     now = datetime.now(timezone.utc)
     rows = cov.coverage(entries, sorted(nodes), {"full": s.goal}, now)
     ages = {r.host: r.age_s["full"] for r in rows}

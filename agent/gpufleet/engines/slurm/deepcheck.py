@@ -172,6 +172,43 @@ def parse_queue(text: str) -> tuple[dict[str, str], list[str]]:
     return queued, notes
 
 
+def _fields(line: str) -> dict[str, str]:
+    return dict(f.split("=", 1) for f in line.split() if "=" in f)
+
+
+def preemptible(partitions_text: str, config_text: str, partition: str,
+                neighbours: Sequence[str]) -> str | None:
+    """None when every partition in `neighbours` (those sharing a node with `partition`)
+    preempts `partition`'s jobs by killing or requeueing them; else the setting that keeps a
+    deep check from ever delaying a real job is missing, as a sentence.
+
+    `partitions_text`: `scontrol -o show partition`; `config_text`: `scontrol show config`."""
+    config = {k.strip(): v.strip() for k, sep, v in
+              (ln.partition("=") for ln in config_text.splitlines()) if sep}
+    kind = config.get("PreemptType", "preempt/none")
+    if kind != "preempt/partition_prio":
+        return (f"PreemptType is {redact.text(kind)!r}, not preempt/partition_prio: a real job "
+                f"would wait for a deep check to end")
+    parts = {f.get("PartitionName", ""): f for f in map(_fields, partitions_text.splitlines())}
+    mine = parts.get(partition)
+    if mine is None:
+        return f"scontrol show partition lists no partition {partition!r}"
+    mode = mine.get("PreemptMode") or config.get("PreemptMode", "OFF")
+    if mode.split(",")[0].upper() not in ("REQUEUE", "CANCEL"):
+        return (f"partition {partition}: PreemptMode={redact.text(mode)}, not REQUEUE (or "
+                f"CANCEL): a suspended check would keep its GPUs' memory")
+
+    def tier(f: Mapping[str, str]) -> int:
+        text = f.get("PriorityTier", "1")
+        return int(text) if text.isdigit() else 1
+
+    low = [n for n in neighbours if n in parts and tier(parts[n]) <= tier(mine)]
+    if low:
+        return (f"partition {partition}: PriorityTier={tier(mine)} is not below that of "
+                f"{', '.join(redact.text(n) for n in sorted(low))}, which share(s) its nodes")
+    return None
+
+
 def job_script(command: str, store: Path, *, expect: Path | None, drain: bool,
                smoke_timeout: float) -> str:
     """The batch script: node-check at the full level on the node Slurm gives it (its name from
@@ -207,7 +244,7 @@ def _run(argv: Sequence[str], stdin: str | None) -> CommandOutput:
 
 
 class Queue:
-    """The three Slurm commands deepcheck needs: sinfo, squeue, sbatch."""
+    """The Slurm commands deepcheck needs: sinfo, squeue, scontrol show, sbatch."""
 
     def __init__(self, partition: str, runner: Runner = _run) -> None:
         self.partition = partition
@@ -223,10 +260,17 @@ class Queue:
         return r.stdout
 
     def nodes(self) -> dict[str, NodeState]:
-        out = self._ok(["sinfo", "-h", "-N", "-p", self.partition, "-o", "%N|%P|%T|%H|%E"])
+        """The partition's nodes; each NodeState names every partition the node is in."""
+        out = self._ok(["sinfo", "-h", "-N", "-o", "%N|%P|%T|%H|%E"])
         nodes, notes = parse_nodes(out, self.partition)
         self.notes += notes
         return nodes
+
+    def not_preemptible(self, nodes: Mapping[str, NodeState]) -> str | None:
+        """Why the partition's jobs would not give way to real jobs at once; None: they would."""
+        neighbours = sorted({p for n in nodes.values() for p in n.partitions} - {self.partition})
+        return preemptible(self._ok(["scontrol", "-o", "show", "partition"]),
+                           self._ok(["scontrol", "show", "config"]), self.partition, neighbours)
 
     def queued(self) -> dict[str, str]:
         out = self._ok(["squeue", "-h", "-p", self.partition, "-n", JOB_NAME, "-o",
