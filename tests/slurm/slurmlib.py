@@ -210,10 +210,14 @@ def _profile_script(profile: str, *, remount: bool) -> str:
     return "\n".join(steps)
 
 
-def slurm_conf(root: Path, nodes: Sequence[Node], extra: str = "") -> str:
-    partitions: dict[str, list[str]] = {}
+def slurm_conf(root: Path, nodes: Sequence[Node], extra: str = "",
+               partitions: Sequence[str] | None = None) -> str:
+    """`partitions`: PartitionName lines instead of one per Node.partition (e.g. a node in a
+    production and a scavenger partition)."""
+    partition_lines = partitions
+    partitions_of: dict[str, list[str]] = {}
     for n in nodes:
-        partitions.setdefault(n.partition, []).append(n.name)
+        partitions_of.setdefault(n.partition, []).append(n.name)
     lines = [
         "ClusterName=gpufleettest",
         f"SlurmctldHost={socket.gethostname()}({CTL_ADDRESS})",
@@ -250,13 +254,18 @@ def slurm_conf(root: Path, nodes: Sequence[Node], extra: str = "") -> str:
     for n in nodes:
         lines.append(f"NodeName={n.name} NodeHostname={n.name} NodeAddr={n.address} "
                      f"Port={n.port} CPUs=2 State=UNKNOWN")
-    for p, names in partitions.items():
-        lines.append(f"PartitionName={p} Nodes={','.join(names)} MaxTime=INFINITE State=UP")
+    if partition_lines is not None:
+        lines += partition_lines
+    else:
+        for p, names in partitions_of.items():
+            lines.append(f"PartitionName={p} Nodes={','.join(names)} MaxTime=INFINITE State=UP")
     return "\n".join(line for line in lines if line) + "\n"
 
 
-def prepare(root: Path, hosts: Sequence[tuple[str, str, str]]) -> Cluster:
-    """Directories, munge key and slurm.conf for (name, profile, partition) nodes; not started."""
+def prepare(root: Path, hosts: Sequence[tuple[str, str, str]], *, extra: str = "",
+            partitions: Sequence[str] | None = None) -> Cluster:
+    """Directories, munge key and slurm.conf for (name, profile, partition) nodes; not started.
+    `extra` and `partitions` go to slurm_conf."""
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
         raise SlurmError(f"missing {', '.join(missing)}: scripts/setup.sh installs slurmctld, "
@@ -281,7 +290,7 @@ def prepare(root: Path, hosts: Sequence[tuple[str, str, str]]) -> Cluster:
     for name in nodes:
         (root / "spool" / name).mkdir(exist_ok=True)
     conf = root / "slurm.conf"
-    conf.write_text(slurm_conf(root, list(nodes.values())))
+    conf.write_text(slurm_conf(root, list(nodes.values()), extra, partitions))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PYTEST_"))}
     env["SLURM_CONF"] = str(conf)
     return Cluster(root=root, nodes=nodes, conf=conf, env=env)

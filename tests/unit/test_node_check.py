@@ -162,3 +162,20 @@ def test_without_history_the_runs_own_log_escalates(tmp_path: Path) -> None:
     calm = _doc(node_check("xid13-burst", "--node", "n1", "--expect", str(expect),
                            "--format", "json")[0])
     assert "GF431" not in {f["rule"] for f in calm["findings"]}
+
+
+def test_a_node_declared_without_gpus_smoke_tests_its_cpu_ranks(tmp_path: Path) -> None:
+    """A deep check (gpufleet deepcheck) of a CPU node must pass for coverage to count it: with
+    gpufleet_expected_gpu_count: 0 the smoke test runs on gloo; undeclared, it is skipped."""
+    smoke = {"gpufleet_smoke_runtime": "host", "gpufleet_smoke_python": sys.executable}
+    got = {}
+    for name, extra in (("declared", {"gpufleet_expected_gpu_count": 0}), ("undeclared", {})):
+        expect = tmp_path / f"{name}.yml"
+        expect.write_text(json.dumps({**smoke, **extra}))
+        proc, _, _ = node_check("no-nvidia-smi", "--node", "c1", "--level", "quick",
+                                "--expect", str(expect), "--format", "json")
+        got[name] = _doc(proc)["hosts"]["c1"]["smoke"]
+    assert got["declared"]["status"] == "pass", got["declared"]
+    assert got["declared"]["backend"] == "gloo"
+    assert got["undeclared"]["status"] == "skipped"
+    assert "nothing to smoke-test" in got["undeclared"]["error"]

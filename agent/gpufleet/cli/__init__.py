@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Sequence
 
 from gpufleet import __version__
-from gpufleet.cli import engines, saved, sweep
+from gpufleet.cli import deepcheck, engines, saved, sweep
 from gpufleet.cli.options import (
     EXIT_CRASH,
     EXIT_FINDINGS,
@@ -41,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add(sub)
     saved.add(sub)
     engines.add_node_check(sub)
+    deepcheck.add(sub)
     engines.add_ansible_report(sub)
     engines.add_rma_bundle(sub)
     sweep.add_localize(sub)

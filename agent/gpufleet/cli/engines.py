@@ -39,9 +39,10 @@ def add_node_check(sub: Any) -> None:
     p.add_argument("--expect", type=Path, metavar="FILE",
                    help="expectations rendered by the roles (inventory variables); without "
                         "it only rules that need neither expectations nor peers apply")
-    # Not full: slurmd gives a health check 60 s.
-    p.add_argument("--level", choices=(NO_SMOKE, "quick"), default=NO_SMOKE,
-                   help="facts (default, about a second) or quick (adds the smoke test)")
+    # full is for batch jobs (gpufleet deepcheck), never the health check: slurmd gives it 60 s.
+    p.add_argument("--level", choices=(NO_SMOKE, "quick", "full"), default=NO_SMOKE,
+                   help="facts (default, about a second), quick (adds the smoke test) or "
+                        "full (the deep smoke test: a batch job, see gpufleet deepcheck)")
     p.add_argument("--slurm-drain", action="store_true",
                    help="drain this node on findings at or above --fail-on (reason "
                         "'gpufleet: GFxxx message'); resume it when healthy, if the drain "

@@ -31,11 +31,19 @@ class GoalError(ValueError):
 def parse_goal(text: str) -> tuple[str, timedelta]:
     """'full=7d' -> ('full', 7 days); depths: facts, quick, full, multinode; units s m h d w."""
     depth, sep, dur = text.partition("=")
-    m = _DURATION.match(dur.strip())
-    if not sep or depth not in DEPTHS or not m or int(m.group(1)) == 0:
+    span = parse_duration(dur)
+    if not sep or depth not in DEPTHS or span is None:
         raise GoalError(f"--goal {text!r}: expected DEPTH=DURATION with DEPTH one of "
                         f"{', '.join(DEPTHS)} and DURATION like 12h, 7d or 2w")
-    return depth, timedelta(**{_UNIT[m.group(2)]: int(m.group(1))})
+    return depth, span
+
+
+def parse_duration(text: str) -> timedelta | None:
+    """'12h' -> 12 hours; units s m h d w; None for anything else (or zero)."""
+    m = _DURATION.match(text.strip())
+    if not m or int(m.group(1)) == 0:
+        return None
+    return timedelta(**{_UNIT[m.group(2)]: int(m.group(1))})
 
 
 def _when(text: str) -> datetime | None:
@@ -89,6 +97,20 @@ def coverage(entries: Sequence[Mapping[str, Any]], hosts: Iterable[str],
         overdue = tuple(d for d, goal in goals.items()
                         if (a := age[d]) is None or a > goal.total_seconds())
         out.append(NodeCoverage(host, last, age, overdue))
+    return out
+
+
+def last_run(entries: Sequence[Mapping[str, Any]], level: str) -> dict[str, datetime]:
+    """host -> time of its newest saved run at `level`, whatever the outcome (a failed or
+    unreachable run counts: deepcheck's cool-down starts at any attempt)."""
+    out: dict[str, datetime] = {}
+    for e in entries:
+        t = _when(str(e.get("generated_at") or ""))
+        if t is None or e.get("level") != level:
+            continue
+        for host in e.get("hosts") or {}:
+            if host not in out or out[host] < t:
+                out[host] = t
     return out
 
 

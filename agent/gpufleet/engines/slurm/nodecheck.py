@@ -44,11 +44,15 @@ def run_node_check(
     force: bool,
     generated_at: str,
 ) -> Report:
-    """Facts (and at level quick the smoke test) of this machine, judged by the rules."""
+    """Facts (and at level quick or full the smoke test) of this machine, judged by the rules.
+
+    A node without NVIDIA GPUs skips the smoke test unless its expectations say it has none
+    (gpufleet_expected_gpu_count: 0): then its CPU ranks (gloo) are what there is to test, as
+    `check -i` tests an inventory host without GPUs."""
 
     results = run_check([spec], smoke_level=smoke_level(level), force=force, forks=1,
                         probe_timeout=timeout, smoke_timeout=smoke_timeout, progress=False,
-                        smoke_without_gpu=False)
+                        smoke_without_gpu=spec.expect.gpu_count == 0)
     report = Report(hosts=results, specs={spec.name: spec}, generated_at=generated_at,
                     level=level)
     return judge(report)

@@ -1,0 +1,252 @@
+"""`gpufleet deepcheck`'s decisions (engines/slurm/deepcheck.py): which idle nodes get a
+preemptible full check this run and why the others do not; Slurm's output read as untrusted.
+The real cluster run is tests/slurm/test_deepcheck.py."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpufleet.engines.slurm import deepcheck as dc
+from gpufleet.engines.slurm.drain import NodeState, SlurmError
+from gpufleet.history.coverage import last_run
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
+DAY = 86400.0
+S = dc.Settings("scavenger", goal=timedelta(days=7), every=timedelta(hours=1),
+                cooldown=timedelta(hours=6), max_jobs=4)
+
+
+def _nodes(**states: str) -> dict[str, NodeState]:
+    return {n: NodeState(n, ("prod", "scavenger"), st_) for n, st_ in states.items()}
+
+
+def _plan(nodes: dict[str, NodeState], ages: dict[str, float | None], *,
+          queued: dict[str, str] | None = None, last: dict[str, datetime] | None = None,
+          s: dc.Settings = S) -> dict[str, dc.Choice]:
+    return {c.node: c for c in dc.plan(dc.Inputs(nodes, queued or {}, ages, last or {}), s, NOW)}
+
+
+def test_never_checked_idle_node_first_then_the_oldest() -> None:
+    nodes = _nodes(a="idle", b="idle", c="idle")
+    s = dc.Settings("scavenger", timedelta(days=7), timedelta(hours=12), timedelta(hours=6), 4)
+    got = dc.plan(dc.Inputs(nodes, {}, {"a": 5 * DAY, "b": None, "c": 8 * DAY}, {}), s, NOW)
+    # 3 nodes, goal 7 d, every 12 h: ceil(3 * 0.5 / 7) = 1 per run: b (never), then c, a.
+    assert [(c.node, c.decision) for c in got] == [("b", "submit"), ("c", "skip"), ("a", "skip")]
+    assert got[0].why == "never passed a full check"
+    assert got[1].why.startswith("over this run's budget: 1 of 1 per run (3 node(s)")
+
+
+def test_only_idle_nodes_and_not_twice() -> None:
+    nodes = _nodes(a="allocated", b="mixed", c="idle", d="drained", e="idle*", f="idle")
+    got = _plan(nodes, dict.fromkeys(nodes), queued={"f": "17"})
+    assert got["c"].decision == "submit"
+    for n, state in (("a", "allocated"), ("b", "mixed"), ("d", "drained"), ("e", "idle*")):
+        assert (got[n].decision, got[n].why) == ("skip", f"not idle ({state})")
+    assert (got["f"].decision, got["f"].job) == ("skip", "17")
+    assert got["f"].why == "a deep-check job is already queued or running"
+
+
+def test_covered_node_waits_until_half_its_goal() -> None:
+    got = _plan(_nodes(a="idle", b="idle"), {"a": 3 * DAY, "b": 3.6 * DAY})
+    assert got["a"].decision == "skip"
+    assert got["a"].why == "covered 3.0d ago, due after half its goal (3.5d)"
+    assert got["b"].decision == "submit"
+    assert got["b"].why == "last full check passed 3.6d ago (goal 7.0d)"
+
+
+def test_cool_down_after_any_deep_check_even_a_failed_one() -> None:
+    # a's last full check failed 2 h ago (so its passing age is 9 d): not again for 6 h.
+    got = _plan(_nodes(a="idle"), {"a": 9 * DAY}, last={"a": NOW - timedelta(hours=2)})
+    assert got["a"].decision == "skip"
+    assert got["a"].why == "cool-down: last deep check 2.0h ago (cool-down 6.0h)"
+    later = _plan(_nodes(a="idle"), {"a": 9 * DAY}, last={"a": NOW - timedelta(hours=7)})
+    assert later["a"].decision == "submit"
+
+
+def test_the_queue_cap_counts_jobs_already_queued() -> None:
+    nodes = _nodes(**{f"n{i}": "idle" for i in range(200)})
+    ages: dict[str, float | None] = dict.fromkeys(nodes)
+    # 200 nodes every hour against 7 d: ceil(200/168) = 2 per run; 3 of max 4 queued: room 1.
+    got = _plan(nodes, ages, queued={"n0": "1", "n1": "2", "n2": "3"})
+    assert sum(c.decision == "submit" for c in got.values()) == 1
+    full = _plan(nodes, ages, queued={"n0": "1", "n1": "2", "n2": "3", "n3": "4"})
+    assert sum(c.decision == "submit" for c in full.values()) == 0
+
+
+@given(st.integers(1, 3000), st.integers(1, 48), st.integers(1, 30))
+def test_budget_covers_the_fleet_once_per_goal(fleet: int, every_h: int, goal_d: int) -> None:
+    s = dc.Settings("p", timedelta(days=goal_d), timedelta(hours=every_h), timedelta(0), 10**6)
+    runs_per_goal = goal_d * 24 / every_h
+    per_run = dc.budget(fleet, s)
+    assert per_run * runs_per_goal >= fleet  # enough to reach the goal
+    assert (per_run - 1) * runs_per_goal < fleet or per_run == 1  # and no burst beyond it
+
+
+def test_sinfo_names_are_untrusted() -> None:
+    text = ("dc1|scavenger|idle|Unknown|none\n"
+            "dc2|prod*|idle|Unknown|none\n"
+            "dc2|scavenger|allocated|Unknown|none\n"
+            "$(reboot)|scavenger|idle|Unknown|none\n"
+            "-wdc9|scavenger|idle|Unknown|none\n"
+            "other|prod|idle|Unknown|none\n")
+    nodes, notes = dc.parse_nodes(text, "scavenger")
+    assert sorted(nodes) == ["dc1", "dc2"]
+    assert len(notes) == 2 and all("not a host name" in n for n in notes)
+
+
+def test_squeue_live_jobs_by_node() -> None:
+    text = ("41|RUNNING|dc1|dc1\n"
+            "42|PENDING||dc2\n"
+            "43|PENDING|(null)|dc3\n"
+            "44|COMPLETED|dc4|dc4\n"
+            "45|PENDING||dc[5-6]\n"
+            "garbage\n")
+    queued, notes = dc.parse_queue(text)
+    assert queued == {"dc1": "41", "dc2": "42", "dc3": "43"}
+    assert len(notes) == 2
+
+
+def test_job_script_quotes_every_argument() -> None:
+    script = dc.job_script("/opt/gf bin/gpufleet", Path("/shared/store; rm -rf x"),
+                           expect=Path("/etc/gpufleet/expect.yml"), drain=True, smoke_timeout=600)
+    assert script.startswith("#!/bin/sh\n")
+    last = script.strip().splitlines()[-1]
+    assert last == ("exec '/opt/gf bin/gpufleet' node-check --level full --history "
+                    "'/shared/store; rm -rf x' --smoke-timeout 600 --format json --expect "
+                    "/etc/gpufleet/expect.yml --slurm-drain")
+
+
+def test_sbatch_is_preemptible_lowest_priority_and_pinned() -> None:
+    argv = dc.sbatch_argv("dc1", S, minutes=35, log_dir=Path("/var/log/gf"))
+    assert argv[:2] == ["sbatch", "--parsable"]
+    for opt in ("--partition=scavenger", "--nodelist=dc1", "--requeue", "--exclusive",
+                f"--nice={dc.NICE}", "--time=35", "--job-name=gpufleet-deepcheck",
+                "--output=/var/log/gf/gpufleet-deepcheck-%N-%j.out"):
+        assert opt in argv
+
+
+class _Slurm:
+    def __init__(self, **out: tuple[int, str, str]) -> None:
+        self.out = out
+        self.calls: list[tuple[list[str], str | None]] = []
+
+    def __call__(self, argv: Sequence[str], stdin: str | None) -> dc.CommandOutput:
+        self.calls.append((list(argv), stdin))
+        return dc.CommandOutput(*self.out[argv[0]])
+
+
+def test_queue_reads_and_submits_through_its_runner() -> None:
+    fake = _Slurm(sinfo=(0, "dc1|scavenger|idle|Unknown|none\n", ""),
+                  squeue=(0, "", ""), sbatch=(0, "1234;cluster\n", ""))
+    q = dc.Queue("scavenger", runner=fake)
+    assert list(q.nodes()) == ["dc1"] and q.queued() == {}
+    assert q.submit(["sbatch", "--parsable"], "#!/bin/sh\n") == "1234"
+    assert fake.calls[-1] == (["sbatch", "--parsable"], "#!/bin/sh\n")
+
+
+def test_a_refused_sbatch_is_one_redacted_sentence() -> None:
+    fake = _Slurm(sbatch=(1, "", "sbatch: error: Batch job submission failed: "
+                                 "Invalid partition name specified token=hf_abcdefghijklmnop\n"))
+    with pytest.raises(SlurmError) as err:
+        dc.Queue("scavenger", runner=fake).submit(["sbatch"], "")
+    assert "Invalid partition name" in str(err.value)
+    assert "hf_abcdefghijklmnop" not in str(err.value)
+    bad = _Slurm(sbatch=(0, "Submitted; rm\n", ""))
+    with pytest.raises(SlurmError, match="no job id"):
+        dc.Queue("scavenger", runner=bad).submit(["sbatch"], "")
+
+
+def test_last_run_counts_any_outcome_at_that_level() -> None:
+    entries = [
+        {"generated_at": "2026-12-01T01:00:00Z", "level": "full",
+         "hosts": {"a": {"status": "unreachable"}, "b": {"status": "ok", "smoke": "fail"}}},
+        {"generated_at": "2026-12-01T05:00:00Z", "level": "quick", "hosts": {"a": {}}},
+        {"generated_at": "bogus", "level": "full", "hosts": {"c": {}}},
+    ]
+    got = last_run(entries, "full")
+    assert got == {"a": datetime(2026, 12, 1, 1, tzinfo=timezone.utc),
+                   "b": datetime(2026, 12, 1, 1, tzinfo=timezone.utc)}
+
+
+def test_deepcheck_without_slurm_is_a_clear_error(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "gpufleet", "deepcheck", "--store",
+                           str(tmp_path), "--dry-run"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/nonexistent", "HOME": str(tmp_path)},
+                          check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "cannot read Slurm: sinfo: not found" in proc.stderr, proc.stderr
+
+
+def test_deepcheck_needs_a_store_and_a_duration() -> None:
+    for argv, text in ((["deepcheck"], "--store DIR"),
+                       (["deepcheck", "--store", "/x", "--goal", "weekly"], "like 30m")):
+        proc = subprocess.run([sys.executable, "-m", "gpufleet", *argv], capture_output=True,
+                              text=True, timeout=60, env={"PATH": "/nonexistent"}, check=False)
+        assert proc.returncode == 2 and text in proc.stderr, proc.stderr
+
+
+def test_every_option_is_documented_in_slurm_md() -> None:
+    from gpufleet.cli import build_parser  # noqa: PLC0415
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "slurm.md").read_text()
+    sub = build_parser()._subparsers._group_actions[0].choices["deepcheck"]  # type: ignore[union-attr]
+    for action in sub._actions:
+        for option in action.option_strings:
+            assert option in ("-h", "--help") or option in docs, f"{option} not in slurm.md"
+
+
+def test_the_table_says_per_node_what_and_why() -> None:
+    from gpufleet.cli.deepcheck import _render  # noqa: PLC0415
+
+    choices = dc.plan(dc.Inputs(_nodes(dc1="idle", dc2="allocated"), {}, {"dc1": None,
+                                "dc2": 2 * DAY}, {}), S, NOW)
+    text = _render(choices, S, 2, dry=True)
+    assert text.splitlines()[0] == ("gpufleet deepcheck: partition scavenger, 2 node(s), full "
+                                    "check every 7.0d, run every 1.0h: 1 per run; would submit 1")
+    assert text.splitlines()[2].split() == ["dc1", "submit", "-", "never", "never", "passed",
+                                            "a", "full", "check"]
+    assert text.splitlines()[3].split()[:5] == ["dc2", "skip", "-", "2.0d", "not"]
+
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm-deepcheck-2026-12-01"
+
+
+def _captured() -> tuple[str, str]:
+    return ((CAPTURES / "scontrol-show-partition.txt").read_text(),
+            (CAPTURES / "scontrol-show-config.txt").read_text())
+
+
+def test_the_documented_config_is_preemptible() -> None:
+    parts, config = _captured()
+    nodes, _ = dc.parse_nodes((CAPTURES / "sinfo.txt").read_text(), "scavenger")
+    assert sorted(nodes) == ["dc1", "dc2"] and nodes["dc1"].partitions == ("scavenger", "gpu")
+    assert dc.preemptible(parts, config, "scavenger", ["gpu"]) is None
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (("config", "preempt/partition_prio", "preempt/none"), "PreemptType is 'preempt/none'"),
+    (("parts", "PriorityTier=10", "PriorityTier=1"),
+     "partition scavenger: PriorityTier=1 is not below that of gpu"),
+    (("parts", "PreemptMode=REQUEUE", "PreemptMode=SUSPEND"),
+     "partition scavenger: PreemptMode=SUSPEND, not REQUEUE"),
+    (("parts", "PartitionName=scavenger", "PartitionName=other"),
+     "no partition 'scavenger'"),
+])
+def test_a_config_where_real_jobs_would_wait_is_refused(edit: tuple[str, str, str],
+                                                        says: str) -> None:
+    parts, config = _captured()
+    which, old, new = edit
+    if which == "config":
+        config = config.replace(old, new)
+    else:
+        parts = parts.replace(old, new)
+    why = dc.preemptible(parts, config, "scavenger", ["gpu"])
+    assert why is not None and says in why, why
