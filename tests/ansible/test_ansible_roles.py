@@ -139,42 +139,33 @@ def test_daemon_json_merges_and_keeps_existing_keys(
     }
 
 
-def test_default_runtime_is_removed_when_no_longer_requested(
+def test_toolkit_leftovers_go_and_the_cdi_refresh_output_stays(
     converged: PlayResult, role_lab: RoleLab
 ) -> None:
-    """Issue 23 L1: a host where the toolkit once set "default-runtime": "nvidia" loses it when
-    nvidia_container_toolkit_default_runtime is false (nvidia-ctk itself never removes it); the
-    administrator's keys stay."""
+    """One toolkit run, two issue 23 items. L1: a "default-runtime": "nvidia" the toolkit once set
+    goes when nvidia_container_toolkit_default_runtime is false (nvidia-ctk itself never removes
+    it); the administrator's keys stay. L10: nvidia-cdi-refresh.env points the refresh at
+    /etc/cdi/nvidia.yaml (the path the role removes as an older gpufleet's static spec): that
+    file is the refresh's and stays."""
     assert converged.rc == 0, "converge failed; see test_converge_succeeds"
     path = role_lab.target.root / "etc/docker/daemon.json"
     before = json.loads(path.read_text())
     path.write_text(json.dumps(before | {"default-runtime": "nvidia"}) + "\n")
-    tags = ("--tags", "container_runtime,nvidia_container_toolkit")
-    res = role_lab.play(SITE, "default-runtime-off", *tags, extra_vars=role_lab.converge_vars())
-    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
-    assert json.loads(path.read_text()) == before, res.tail()
-
-
-def test_the_cdi_refresh_output_named_in_its_env_file_is_never_removed(
-    converged: PlayResult, role_lab: RoleLab
-) -> None:
-    """Issue 23 L10: nvidia-cdi-refresh.env points the refresh at /etc/cdi/nvidia.yaml (the path
-    the role removes as an older gpufleet's static spec): that file is the refresh's and stays."""
-    assert converged.rc == 0, "converge failed; see test_converge_succeeds"
     env = role_lab.target.root / "etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
     spec = role_lab.target.root / "etc/cdi/nvidia.yaml"
     env.parent.mkdir(parents=True, exist_ok=True)
     env.write_text('NVIDIA_CTK_CDI_OUTPUT_FILE_PATH="/etc/cdi/nvidia.yaml"\n')
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text("---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
+    tags = ("--tags", "container_runtime,nvidia_container_toolkit")
     try:
-        res = role_lab.play(SITE, "cdi-env-output", "--tags", "nvidia_container_toolkit",
-                            extra_vars=role_lab.converge_vars())
+        res = role_lab.play(SITE, "toolkit-leftovers", *tags, extra_vars=role_lab.converge_vars())
         kept = spec.exists()
     finally:
         env.unlink()
         spec.unlink(missing_ok=True)
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert json.loads(path.read_text()) == before, res.tail()
     assert kept, "the refresh's own output was removed\n" + res.tail()
     assert "(they write /etc/cdi/nvidia.yaml at boot" in res.flat, res.tail()
 
@@ -191,53 +182,40 @@ def test_image_needing_newer_cuda_than_driver_is_refused(
     assert "needs CUDA 13.0, which needs driver >= 580.65.06" in res.flat, res.tail()
 
 
-def test_upgrade_driver_playbook_drains_and_undrains(
+def test_upgrade_driver_playbook_drains_waits_for_gpu_work_and_undrains(
     converged: PlayResult, role_lab: RoleLab
 ) -> None:
+    """Issue 23 M9: the drain comes first, then the play waits for the running job to end (here
+    the "scheduler", the drain command, ends it 3 s later) and upgrades, then undrains; checking
+    for GPU processes before the drain skipped this host."""
     assert converged.rc == 0, "converge failed; see test_converge_succeeds"
     log = role_lab.logdir / "drain-events.txt"
-    extra = role_lab.converge_vars() | {
-        "upgrade_driver_serial": 1,
-        "upgrade_driver_drain_command": [
-            "sh",
-            "-c",
-            f"echo drain {{{{ inventory_hostname }}}} >> {log}",
-        ],
-        "upgrade_driver_undrain_command": [
-            "sh",
-            "-c",
-            f"echo undrain {{{{ inventory_hostname }}}} >> {log}",
-        ],
-    }
-    res = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-driver", extra_vars=extra)
-    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
-    assert log.read_text().splitlines() == ["drain deb12", "undrain deb12"], res.tail()
-    # Same version: only the drain and undrain commands change anything.
-    assert res.host()["changed"] == 2, res.tail()
-
-
-def test_upgrade_driver_playbook_waits_after_the_drain_for_gpu_work_to_end(
-    converged: PlayResult, role_lab: RoleLab
-) -> None:
-    """Issue 23 M9: the drain comes first, then the play waits for the running job to end (here the
-    "scheduler" ends it 3 s after the drain) and upgrades; checking before the drain skipped it."""
-    assert converged.rc == 0, "converge failed; see test_converge_succeeds"
-    log = role_lab.logdir / "drain-events-wait.txt"
     gpu = tg.start_gpu_process(role_lab.target)
     try:
         extra = role_lab.converge_vars() | {
+            "upgrade_driver_serial": 1,
             "upgrade_driver_drain_command": [
-                "sh", "-c", f"echo drain >> {log}; (sleep 3; kill {gpu.pid}) >/dev/null 2>&1 &"],
-            "upgrade_driver_undrain_command": ["sh", "-c", f"echo undrain >> {log}"],
+                "sh",
+                "-c",
+                f"echo drain {{{{ inventory_hostname }}}} >> {log}; "
+                f"(sleep 3; kill {gpu.pid}) >/dev/null 2>&1 &",
+            ],
+            "upgrade_driver_undrain_command": [
+                "sh",
+                "-c",
+                f"echo undrain {{{{ inventory_hostname }}}} >> {log}",
+            ],
             "upgrade_driver_drain_poll": 1,
         }
-        res = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-wait", extra_vars=extra)
+        res = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-driver", extra_vars=extra)
     finally:
         stop_pid(gpu)
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
-    assert log.read_text().splitlines() == ["drain", "undrain"], res.tail()
+    assert log.read_text().splitlines() == ["drain deb12", "undrain deb12"], res.tail()
     assert "FAILED - RETRYING: [deb12]: Find processes that hold NVIDIA device files" in res.flat
     assert "SKIPPED deb12" not in res.flat and "NOT UPGRADED" not in res.flat, res.tail()
+    # Same version: only the drain and undrain commands change anything.
+    assert res.host()["changed"] == 2, res.tail()
 
 
 def test_upgrade_driver_playbook_fails_naming_a_host_still_busy(
