@@ -222,10 +222,15 @@ def build(
     key_binary = root.parent / "archive-keyring.gpg"
     tg.run([*gpg, "--export", "-o", str(key_binary)])
     base = mirror.url.rstrip("/")
+    # NVIDIA's documented toolkit list names .../stable/deb/$(ARCH) (cloud-native-docs
+    # container-toolkit/install-guide.md); apt expands $(ARCH) (Debian/apt apt-pkg/sourcelist.cc
+    # FixupURI). The flat toolkit mirror answers there too.
+    (root / "stable" / "deb").mkdir(parents=True)
+    (root / "stable" / "deb" / arch).symlink_to("../..")
     return GraphRepos(
         cuda_url=f"{base}/cuda/",
         docker_url=f"{base}/docker",
-        toolkit_url=mirror.url,
+        toolkit_url=f"{base}/stable/deb/$(ARCH)",
         key_url=mirror.key_url,
         key_binary=key_binary,
         debs=debs,
@@ -243,7 +248,8 @@ OS_RELEASE = {
 
 def documented_sources(t: tg.Target, repos: GraphRepos, codename: str, armored_key: Path) -> None:
     """Sources as NVIDIA's and Docker's install guides set them up: cuda-keyring's list and keyring,
-    the toolkit's nvidia-container-toolkit.list, Docker's deb822 docker.sources with docker.asc."""
+    the toolkit's nvidia-container-toolkit.list (its URI ending in $(ARCH), as documented), Docker's
+    deb822 docker.sources with Architectures: and docker.asc."""
     keyrings = t.root / "usr/share/keyrings"
     keyrings.mkdir(parents=True, exist_ok=True)
     shutil.copy(repos.key_binary, keyrings / "cuda-archive-keyring.gpg")
@@ -259,7 +265,10 @@ def documented_sources(t: tg.Target, repos: GraphRepos, codename: str, armored_k
         "deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
         f"{repos.toolkit_url} /\n"
     )
+    # Docker's deb822 file names the architecture (docker/docs content/manuals/engine/install/
+    # ubuntu.md: "Architectures: $(dpkg --print-architecture)", expanded when it is written).
+    arch = tg.run(["dpkg", "--print-architecture"]).stdout.strip()
     (lists / "docker.sources").write_text(
         f"Types: deb\nURIs: {repos.docker_url}\nSuites: {codename}\nComponents: stable\n"
-        "Signed-By: /etc/apt/keyrings/docker.asc\n"
+        f"Architectures: {arch}\nSigned-By: /etc/apt/keyrings/docker.asc\n"
     )

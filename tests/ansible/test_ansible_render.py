@@ -14,6 +14,7 @@ from harness.plays import PlayResult
 pytestmark = [pytest.mark.ansible]
 
 DETECT = Path(__file__).parent / "playbooks" / "render_detect.yml"
+SECURE_BOOT = Path(__file__).parent / "playbooks" / "render_secure_boot.yml"
 B200, H100, V100, GH200 = "0x2901", "0x2330", "0x1db4", "0x2342"
 GPU_CLASS, NVSWITCH_CLASS = "0x030200", "0x068000"
 
@@ -206,7 +207,8 @@ RHEL_REMOVES = ["podman", "runc"]
                 # Issue 23 H1: NVIDIA's compute-only set is the default.
                 "driver": ["libnvidia-compute", "nvidia-dkms-open", "nvidia-utils",
                            "nvidia-compute-utils"],
-                "fabricmanager": ["nvidia-fabricmanager"],
+                # Issue 23 L7: NSCQ and IMEX pinned next to the fabric manager.
+                "fabricmanager": ["nvidia-fabricmanager", "libnvidia-nscq", "nvidia-imex"],
                 "pinning": "nvidia-driver-pinning-590.44.01",
                 "docker_repo": DOCKER + "ubuntu",
             },
@@ -217,7 +219,8 @@ RHEL_REMOVES = ["podman", "runc"]
             {"nvidia_driver_branch": "575", "nvidia_driver_package_set": "full"},
             {
                 "driver": ["cuda-drivers-575"],
-                "fabricmanager": ["nvidia-fabricmanager-575"],
+                "fabricmanager": ["nvidia-fabricmanager-575", "libnvidia-nscq-575",
+                                  "nvidia-imex-575"],
                 "pinning": "nvidia-driver-pinning-575",
                 "docker_repo": DOCKER + "ubuntu",
             },
@@ -246,3 +249,41 @@ def test_rendered_platform_decisions(
     assert {k: decided[k] for k in want} == want
     removes = decided["docker_removes_first"]
     assert all(p in removes for p in RHEL_REMOVES) == (facts["os_family"] == "RedHat"), removes
+
+
+# The SecureBoot EFI variable: 4 bytes of attributes (NV, BS, RT: 0x06), then the value
+# (https://docs.kernel.org/filesystems/efivarfs.html).
+SB_CASES: dict[str, tuple[bytes | None, bool]] = {
+    "sb-off": (b"\x06\x00\x00\x00\x00", False),
+    "no-uefi": (None, False),
+    "sb-on-no-key": (b"\x06\x00\x00\x00\x01", False),
+    "sb-on-key": (b"\x06\x00\x00\x00\x01", True),
+}
+
+
+def test_secure_boot_without_an_enrolled_dkms_key_is_refused(tmp_path: Path) -> None:
+    """Issue 23 M6: Secure Boot off or absent passes; on, without a DKMS signing key the role
+    refuses before installing; with one that mokutil does not report enrolled (no mokutil on the
+    controller: nothing reports it) it refuses too."""
+    hosts = {}
+    for case, (var, key) in SB_CASES.items():
+        efivar = tmp_path / f"{case}-SecureBoot"
+        if var is not None:
+            efivar.write_bytes(var)
+        cert = tmp_path / f"{case}-MOK.der"
+        if key:
+            cert.write_bytes(b"0\x82")
+        hosts[case] = {"ansible_connection": "local", "render_efivar": str(efivar),
+                       "render_certs": [str(cert)]}
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"all": {"hosts": hosts}}))
+    res = run_playbook(SECURE_BOOT, inventory, tmp_path, "render-secure-boot")
+    for case in ("sb-off", "no-uefi"):
+        assert res.host(case)["failed"] == 0, res.tail()
+        assert f"SECURE BOOT CHECK PASSED {case}" in res.flat, res.tail()
+    assert res.host("sb-on-no-key")["failed"] == 1, res.tail()
+    assert ("Refused before installing: UEFI Secure Boot is on and no DKMS signing key exists "
+            f"({tmp_path}/sb-on-no-key-MOK.der)") in res.flat, res.tail()
+    assert res.host("sb-on-key")["failed"] == 1, res.tail()
+    assert (f"the DKMS signing key {tmp_path}/sb-on-key-MOK.der is not known to be enrolled"
+            in res.flat), res.tail()

@@ -9,6 +9,7 @@ in the chroot, so service tasks must be skipped visibly.
 from __future__ import annotations
 
 import json
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ pytestmark = [pytest.mark.ansible, pytest.mark.slow]
 
 SITE = "playbooks/site.yml"
 VERIFY = Path(__file__).parent / "playbooks" / "verify_converged.yml"
+BOOT_KERNEL = Path(__file__).parent / "playbooks" / "boot_kernel.yml"
 USER_DAEMON_JSON = {"registry-mirrors": ["http://127.0.0.1:5000"]}
 
 
@@ -137,6 +139,37 @@ def test_daemon_json_merges_and_keeps_existing_keys(
     }
 
 
+def test_toolkit_leftovers_go_and_the_cdi_refresh_output_stays(
+    converged: PlayResult, role_lab: RoleLab
+) -> None:
+    """One toolkit run, two issue 23 items. L1: a "default-runtime": "nvidia" the toolkit once set
+    goes when nvidia_container_toolkit_default_runtime is false (nvidia-ctk itself never removes
+    it); the administrator's keys stay. L10: nvidia-cdi-refresh.env points the refresh at
+    /etc/cdi/nvidia.yaml (the path the role removes as an older gpufleet's static spec): that
+    file is the refresh's and stays."""
+    assert converged.rc == 0, "converge failed; see test_converge_succeeds"
+    path = role_lab.target.root / "etc/docker/daemon.json"
+    before = json.loads(path.read_text())
+    path.write_text(json.dumps(before | {"default-runtime": "nvidia"}) + "\n")
+    env = role_lab.target.root / "etc/nvidia-container-toolkit/nvidia-cdi-refresh.env"
+    spec = role_lab.target.root / "etc/cdi/nvidia.yaml"
+    env.parent.mkdir(parents=True, exist_ok=True)
+    env.write_text('NVIDIA_CTK_CDI_OUTPUT_FILE_PATH="/etc/cdi/nvidia.yaml"\n')
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text("---\ncdiVersion: 0.5.0\nkind: nvidia.com/gpu\n")
+    tags = ("--tags", "container_runtime,nvidia_container_toolkit")
+    try:
+        res = role_lab.play(SITE, "toolkit-leftovers", *tags, extra_vars=role_lab.converge_vars())
+        kept = spec.exists()
+    finally:
+        env.unlink()
+        spec.unlink(missing_ok=True)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert json.loads(path.read_text()) == before, res.tail()
+    assert kept, "the refresh's own output was removed\n" + res.tail()
+    assert "(they write /etc/cdi/nvidia.yaml at boot" in res.flat, res.tail()
+
+
 def test_image_needing_newer_cuda_than_driver_is_refused(
     converged: PlayResult, role_lab: RoleLab
 ) -> None:
@@ -149,49 +182,123 @@ def test_image_needing_newer_cuda_than_driver_is_refused(
     assert "needs CUDA 13.0, which needs driver >= 580.65.06" in res.flat, res.tail()
 
 
-def test_upgrade_driver_playbook_drains_and_undrains(
+def test_upgrade_driver_playbook_drains_waits_for_gpu_work_and_undrains(
     converged: PlayResult, role_lab: RoleLab
 ) -> None:
+    """Issue 23 M9: the drain comes first, then the play waits for the running job to end (here
+    the "scheduler", the drain command, ends it 3 s later) and upgrades, then undrains; checking
+    for GPU processes before the drain skipped this host."""
     assert converged.rc == 0, "converge failed; see test_converge_succeeds"
     log = role_lab.logdir / "drain-events.txt"
-    extra = role_lab.converge_vars() | {
-        "upgrade_driver_serial": 1,
-        "upgrade_driver_drain_command": [
-            "sh",
-            "-c",
-            f"echo drain {{{{ inventory_hostname }}}} >> {log}",
-        ],
-        "upgrade_driver_undrain_command": [
-            "sh",
-            "-c",
-            f"echo undrain {{{{ inventory_hostname }}}} >> {log}",
-        ],
-    }
-    res = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-driver", extra_vars=extra)
+    gpu = tg.start_gpu_process(role_lab.target)
+    try:
+        extra = role_lab.converge_vars() | {
+            "upgrade_driver_serial": 1,
+            "upgrade_driver_drain_command": [
+                "sh",
+                "-c",
+                f"echo drain {{{{ inventory_hostname }}}} >> {log}; "
+                f"(sleep 3; kill {gpu.pid}) >/dev/null 2>&1 &",
+            ],
+            "upgrade_driver_undrain_command": [
+                "sh",
+                "-c",
+                f"echo undrain {{{{ inventory_hostname }}}} >> {log}",
+            ],
+            "upgrade_driver_drain_poll": 1,
+        }
+        res = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-driver", extra_vars=extra)
+    finally:
+        stop_pid(gpu)
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     assert log.read_text().splitlines() == ["drain deb12", "undrain deb12"], res.tail()
+    assert "FAILED - RETRYING: [deb12]: Find processes that hold NVIDIA device files" in res.flat
+    assert "SKIPPED deb12" not in res.flat and "NOT UPGRADED" not in res.flat, res.tail()
     # Same version: only the drain and undrain commands change anything.
     assert res.host()["changed"] == 2, res.tail()
 
 
-def test_upgrade_driver_playbook_skips_a_host_with_gpu_processes(
+def test_upgrade_driver_playbook_fails_naming_a_host_still_busy(
     converged: PlayResult, role_lab: RoleLab
 ) -> None:
+    """Issue 23 M9 and L15: still busy after the drain's wait, the host is left alone and undrained,
+    and the rollout fails naming it; without a drain command and with skipped hosts allowed, the
+    play only warns."""
     assert converged.rc == 0, "converge failed; see test_converge_succeeds"
     log = role_lab.logdir / "drain-events-busy.txt"
     extra = role_lab.converge_vars() | {
         "upgrade_driver_drain_command": ["sh", "-c", f"echo drain >> {log}"],
         "upgrade_driver_undrain_command": ["sh", "-c", f"echo undrain >> {log}"],
+        "upgrade_driver_drain_timeout": 2,
+        "upgrade_driver_drain_poll": 1,
     }
     gpu = tg.start_gpu_process(role_lab.target)
     try:
         res = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-busy", extra_vars=extra)
+        warn = role_lab.play("playbooks/upgrade_driver.yml", "upgrade-busy-allowed",
+                             extra_vars=role_lab.converge_vars()
+                             | {"upgrade_driver_skipped_allowed": True})
     finally:
         stop_pid(gpu)
-    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
-    assert f"SKIPPED deb12: GPU processes running ({gpu.pid} sleep)" in res.flat, res.tail()
-    assert not log.exists(), "a busy host was drained"
-    assert res.host()["changed"] == 0, res.tail()
+    busy = f"GPU processes running ({gpu.pid} sleep)"
+    assert res.rc != 0 and res.host()["failed"] == 1, res.tail()
+    assert f"SKIPPED deb12: {busy} 2 s after the drain" in res.flat, res.tail()
+    assert (f"NOT UPGRADED (busy, still on the old driver): deb12: {busy} 2 s after the drain"
+            in res.flat), res.tail()
+    assert log.read_text().splitlines() == ["drain", "undrain"], res.tail()
+    assert res.host()["changed"] == 2, res.tail()
+    assert warn.rc == 0 and warn.host()["changed"] == 0, warn.tail()
+    assert f"WARNING: NOT UPGRADED (busy, still on the old driver): deb12: {busy}" in warn.flat
+
+
+KERNEL = "6.99.0-1-amd64"
+
+
+def _depmod(root: Path) -> None:
+    """What DKMS's depmod (or a kernel package) writes: modules.dep for KERNEL in the target."""
+    tg.run(["depmod", "-b", str(root), KERNEL])
+
+
+def _module(path: Path, version: str) -> None:
+    """An ELF object whose .modinfo section names the version, as a built nvidia.ko's does (modinfo
+    reads only that section)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = path.with_suffix(".modinfo")
+    info.write_bytes(f"version={version}\0license=NVIDIA\0name=nvidia\0".encode())
+    tg.run(["objcopy", "-I", "binary", "-O", "elf64-x86-64",
+            "--rename-section", ".data=.modinfo", str(info), str(path)])
+    info.unlink()
+
+
+def test_no_reboot_into_a_default_kernel_without_the_module(
+    converged: PlayResult, role_lab: RoleLab
+) -> None:
+    """Issue 23 M21: a newer installed kernel is the default boot entry; without the driver's module
+    built for it (or with an older driver's), the reboot is refused; with it, allowed."""
+    assert converged.rc == 0, "converge failed; see test_converge_succeeds"
+    root, version = role_lab.target.root, role_lab.driver_version
+    boot, mods = root / f"boot/vmlinuz-{KERNEL}", root / f"lib/modules/{KERNEL}"
+    extra = {"boot_kernel_driver_version": version}
+    try:
+        boot.parent.mkdir(exist_ok=True)
+        boot.write_bytes(b"")
+        mods.mkdir(parents=True)
+        _depmod(root)
+        none = role_lab.play(BOOT_KERNEL, "boot-kernel-none", extra_vars=extra)
+        _module(mods / "updates/dkms/nvidia.ko", "535.0.01")
+        _depmod(root)
+        old = role_lab.play(BOOT_KERNEL, "boot-kernel-old", extra_vars=extra)
+        _module(mods / "updates/dkms/nvidia.ko", version)
+        _depmod(root)
+        ok = role_lab.play(BOOT_KERNEL, "boot-kernel-ok", extra_vars=extra)
+    finally:
+        boot.unlink(missing_ok=True)
+        shutil.rmtree(mods, ignore_errors=True)
+    refused = f"Refused to reboot: the default boot kernel {KERNEL} has"
+    assert none.rc != 0 and f"{refused} no NVIDIA module, not {version}" in none.flat, none.tail()
+    assert old.rc != 0, old.tail()
+    assert f"{refused} NVIDIA module 535.0.01, not {version}" in old.flat, old.tail()
+    assert ok.rc == 0 and f"default boot kernel {KERNEL} has NVIDIA module {version}" in ok.flat
 
 
 def _fake_cli(path: Path, argv_log: Path, exit_code: int) -> None:
@@ -225,6 +332,53 @@ def test_verify_playbook_runs_gpufleet_check_for_the_play_hosts(
     assert (res.rc == 0) is play_ok, res.tail()
     if not play_ok:
         assert "gpufleet check exited 1 (findings at or above --fail-on)" in res.flat, res.tail()
+
+
+# The config.toml Docker's containerd.io ships (docker/containerd-packaging@6551934:
+# common/containerd.toml), licence header and most commented-out defaults left out: no version,
+# CRI disabled.
+DOCKER_CONTAINERD_CONFIG = """disabled_plugins = ["cri"]
+
+#root = "/var/lib/containerd"
+#[grpc]
+#  address = "/run/containerd/containerd.sock"
+"""
+
+
+def test_containerd_from_dockers_package_gets_cri_and_the_systemd_cgroup_driver(
+    converged: PlayResult, role_lab: RoleLab
+) -> None:
+    """Issue 23 M7, M8: over containerd.io's own config.toml (read as version 1, CRI disabled)
+    the role names the version (2 for Debian's containerd 1.6; L12: 3 from containerd 2), enables
+    CRI and gives runc, and through nvidia-ctk the nvidia runtime, the systemd cgroup driver.
+    Idempotent."""
+    assert converged.rc == 0, "converge failed; see test_converge_succeeds"
+    etc = role_lab.target.root / "etc/containerd"
+    etc.mkdir(parents=True, exist_ok=True)
+    (etc / "config.toml").write_text(DOCKER_CONTAINERD_CONFIG)
+    extra = role_lab.converge_vars() | {
+        "container_runtime_engine": "containerd",
+        "container_runtime_containerd_systemd_cgroup": True,
+    }
+    tags = ("--tags", "container_runtime,nvidia_container_toolkit")
+    res = role_lab.play(SITE, "containerd-docker-config", *tags, extra_vars=extra)
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    config = tomllib.loads((etc / "config.toml").read_text())
+    assert config["version"] == 2 and config["disabled_plugins"] == [], config
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["containerd"]["runtimes"]["runc"] == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"SystemdCgroup": True},
+    }, config
+    dropin = tomllib.loads((etc / "conf.d/99-nvidia.toml").read_text())
+    assert "disabled_plugins" not in dropin, dropin
+    nvidia = dropin["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["options"] == {
+        "SystemdCgroup": True,
+        "BinaryName": "/usr/bin/nvidia-container-runtime",
+    }, dropin
+    again = role_lab.play(SITE, "containerd-docker-config-again", *tags, extra_vars=extra)
+    assert again.rc == 0 and again.host()["changed"] == 0, again.tail()
 
 
 USER_CONTAINERD_CONFIG = """version = 2
@@ -305,3 +459,8 @@ def test_toolkit_moves_all_held_packages_to_a_new_pinned_version(
         "nvidia-container-toolkit 1.17.8-1 hi",
         "nvidia-container-toolkit-base 1.17.8-1 hi",
     ], res.tail()
+    # Below 1.18 the role writes the static spec; like nvidia-ctk's own it names the driver's
+    # versioned library files, which is what goes stale when the driver changes (G17).
+    spec = (role_lab.target.root / "etc/cdi/nvidia.yaml").read_text()
+    assert f"--host-driver-version={role_lab.driver_version}" in spec, spec
+    assert f"libnvidia-ml.so.{role_lab.driver_version}\n" in spec, spec

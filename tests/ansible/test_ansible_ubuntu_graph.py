@@ -168,12 +168,14 @@ def _want(version: str, names: list[str]) -> dict[str, str]:
     """name -> version NVIDIA's repo gives it, for packages whose name and version are sourced."""
     for name in names:
         assert pkggraph.sourced(GRAPH, name, "name", "version"), f"{name}: an inferred fact"
-    fm = {"nvidia-fabricmanager": f"{version}-1"}
+    fm = {n: f"{version}-1" for n in ("nvidia-fabricmanager", "libnvidia-nscq", "nvidia-imex")}
     return {n: fm.get(n, pkggraph._revision(GRAPH, version)) for n in names}
 
 
+# Issue 23 L7: NSCQ and IMEX are pinned and held next to the fabric manager.
 FULL_580 = ["nvidia-open-580", "nvidia-driver-580-open", "libnvidia-compute-580",
-            "libnvidia-gl-580", "nvidia-utils-580", "nvidia-dkms-580-open", "nvidia-fabricmanager"]
+            "libnvidia-gl-580", "nvidia-utils-580", "nvidia-dkms-580-open", "nvidia-fabricmanager",
+            "libnvidia-nscq", "nvidia-imex"]
 
 
 def _driver_580(version: str) -> dict[str, str]:
@@ -260,12 +262,21 @@ def test_upgrade_within_the_branch_moves_every_held_package(
     converged: PlayResult, graph_lab: GraphLab
 ) -> None:
     """Defect 3 and H6: 580.A -> 580.B (a -1ubuntu1 revision) through upgrade_driver.yml, with the
-    dependencies held, and the health check's expectations follow the new version."""
+    dependencies held, and the health check's expectations follow the new version. Issue 23 L2: the
+    record of the role's holds is gone (a host converged by an older gpufleet), so only the driver's
+    installed closure is released; an administrator's hold on nvidia-system-core stays."""
     assert converged.rc == 0, converged.tail()
     expect = graph_lab.target.root / "etc/gpufleet/expect.yml"
     expect.parent.mkdir(parents=True, exist_ok=True)
     expect.write_text(f"nvidia_driver_version: {A}\n")
-    res = graph_lab.play(UPGRADE, "upgrade-580b", nvidia_driver_version=B)
+    (graph_lab.target.root / "var/lib/gpufleet/nvidia-driver-held").unlink()
+    graph_lab.target.chroot("apt-mark", "hold", "nvidia-system-core")
+    try:
+        res = graph_lab.play(UPGRADE, "upgrade-580b", nvidia_driver_version=B)
+        admin_hold_kept = "nvidia-system-core" in graph_lab.holds()
+    finally:
+        graph_lab.target.chroot("apt-mark", "unhold", "nvidia-system-core")
+    assert admin_hold_kept, res.tail()
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     have = graph_lab.dpkg()
     assert {n: have.get(n) for n in _driver_580(B)} == _driver_580(B)
@@ -301,7 +312,8 @@ def test_upgrade_to_590_renames_the_packages(converged: PlayResult, graph_lab: G
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     have = graph_lab.dpkg()
     want = _want(C, ["nvidia-open", "nvidia-driver-open", "libnvidia-compute", "libnvidia-gl",
-                     "nvidia-utils", "nvidia-dkms-open", "nvidia-fabricmanager"])
+                     "nvidia-utils", "nvidia-dkms-open", "nvidia-fabricmanager", "libnvidia-nscq",
+                     "nvidia-imex"])
     assert {n: have.get(n) for n in want} == want
     assert have[f"nvidia-driver-pinning-{C}"] == f"{C}-1"
     assert not (graph_lab.target.root / "etc/apt/preferences.d/gpufleet-nvidia-driver-pin").exists()

@@ -11,6 +11,7 @@ points elsewhere in the registry is refused before anything is pulled.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from dockerlib import DOCKER, DockerLab
@@ -97,6 +98,46 @@ def test_a_tag_pointing_to_another_digest_is_refused(
             f"pytorch_image_digest is {docker_lab.digest}") in res.flat, res.tail()
     assert "Pull the image by digest" not in res.output
     assert res.host()["changed"] == 0
+
+
+def _push_index(lab: DockerLab, tag: str, digests: list[str]) -> str:
+    """A two-platform index (the second manifest annotated arm64) under repo:tag; its digest."""
+    repo = lab.ref.rsplit(":", 1)[0]
+    lab.docker("manifest", "rm", f"{repo}:{tag}", check=False)
+    members = [f"{repo}@{d}" for d in digests]
+    lab.docker("manifest", "create", "--insecure", f"{repo}:{tag}", *members)
+    lab.docker("manifest", "annotate", "--arch", "arm64", f"{repo}:{tag}", members[1])
+    pushed = lab.docker("manifest", "push", "--insecure", "--purge", f"{repo}:{tag}").stdout
+    return pushed.strip().splitlines()[-1]
+
+
+def test_a_moved_multi_platform_tag_is_refused_whatever_the_pin_names(
+    converged: PlayResult, image_target: ImageTarget, docker_lab: DockerLab
+) -> None:
+    """Issue 23 L8: a multi-platform tag shows only its platforms' digests. Pinned by the index
+    digest it passes (the registry says the pin is an index of the same manifests); pinned by a
+    platform of the index the tag pointed to before, it is refused (it used to pass silently)."""
+    assert converged.rc == 0, converged.tail()
+    repo = docker_lab.ref.rsplit(":", 1)[0]
+    second = docker_lab.push_variant("l8-second", "second platform")
+    index = _push_index(docker_lab, "multi", [docker_lab.digest, second])
+    extra = image_target.host_vars() | {"pytorch_image": f"{repo}:multi"}
+    # --check: the comparison runs, nothing is pulled.
+    same = image_target.play(SITE, "index-pin", "--check", "--tags", "pytorch_image",
+                             extra_vars=extra | {"pytorch_image_digest": index})
+    assert same.rc == 0 and same.host()["failed"] == 0, same.tail()
+    assert f"{repo}:multi points to a multi-platform index of" in same.flat, same.tail()
+    assert "in the registry: the pin (the same index)" in same.flat, same.tail()
+    moved = docker_lab.push_variant("l8-moved", "moved build")
+    _push_index(docker_lab, "multi", [moved, second])
+    res = image_target.play(SITE, "index-moved", "--tags", "pytorch_image", extra_vars=extra)
+    assert res.rc != 0 and res.host()["failed"] == 1, res.tail()
+    # The index lists its platforms in the registry's order, not the order they were given in.
+    listed = re.search(r"points to a multi-platform index of (\S+), (\S+) in the registry, but "
+                       rf"pytorch_image_digest is {docker_lab.digest} \(a single manifest\)",
+                       res.flat)
+    assert listed and {listed[1], listed[2]} == {moved, second}, res.tail()
+    assert "Pull the image by digest" not in res.output
 
 
 def test_a_loopback_http_registry_needs_no_insecure_flag(
