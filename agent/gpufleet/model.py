@@ -67,6 +67,7 @@ class Expectations:
     xid_repeat_limit: int | None = None  # gpufleet_xid_repeat_limit (same Xid, one GPU, 24 h)
     xid13_31_limit: int | None = None  # gpufleet_xid13_31_limit (same GPC/TPC or GPU, 24 h)
     xid_reboot_limit: int | None = None  # gpufleet_xid_reboot_limit (reboots in 7 days -> RMA)
+    xid74_link_limit: int | None = None  # gpufleet_xid74_link_limit (Xid 74, one NVLink, 24 h)
     ib_symbol_errors_per_hour: float | None = None  # gpufleet_ib_symbol_errors_per_hour (120)
     ib_flaps_per_day: float | None = None  # gpufleet_ib_flaps_per_day (5)
     # pytorch_workspaces: workspace name -> the digest it runs (its image_digest, else
@@ -251,6 +252,9 @@ class XidEvent:
     # True: from the kernel ring buffer (dmesg), which holds this boot only; None: journald,
     # which may span boots
     this_boot: bool | None = None
+    # Xid 74: the NVLink the message names ("… fatal error detected on link 14(0x0, …)"); None:
+    # another code, or a message without a link
+    nvlink: int | None = None
 
 
 @dataclass(frozen=True)

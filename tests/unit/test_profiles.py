@@ -132,6 +132,8 @@ def test_every_named_profile_exists() -> None:
         "xid13-burst",
         "xid-leaky",
         "xid79-repeat",
+        "xid74-link",
+        "xid74-spread",
     }
 
 

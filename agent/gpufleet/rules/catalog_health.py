@@ -212,6 +212,29 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
              meaning="Over this run and the saved runs: a GPU logged Xids whose catalog action "
                      "is a reboot more than 2 times within 7 days (each distinct event is one "
                      "time it asked; gpud's DefaultRebootThreshold = 2: HARDWARE_INSPECTION)."),
+    RuleInfo("GF433", "error", "Xid 74 again and again on the same NVLink",
+             "drain {host}: NVLink {link} of the GPU at {bus} keeps failing. Reseat what that "
+             "link runs through (baseboard connector or bridge), collect the bug report "
+             "(`ansible-playbook playbooks/collect_bug_report.yml -l {host}`, then `gpufleet "
+             "rma-bundle {host}`) and open an RMA case for the GPU or baseboard",
+             meaning="Over this run and the saved runs: Xid 74 (NVLink error) naming the same "
+                     "link (`link N(` in the message, fact `xid_events[].nvlink`) at least 3 "
+                     "times within 24 h. NVIDIA's Xid catalog, WORKFLOW_NVLINK_ERR: the "
+                     "ECC/parity bits \"if seen more than 2 times on the same link, report a "
+                     "bug\". Such Xid 74s are counted here, not by GF430. The node is held "
+                     "for RMA (GF906).",
+             doc_fill={"link": "K"}),
+    RuleInfo("GF434", "warning", "Xid 74 spread over several NVLinks of one GPU",
+             "the links of the GPU at {bus} on {host} share the fault: reset that GPU "
+             "(`ansible-playbook playbooks/remediate_gpu_reset.yml -l {host} -e "
+             "remediate_gpu=GPU`); if Xid 74 comes back over several links, reinstall the "
+             "driver and fabric manager (`ansible-playbook playbooks/remediate_reinstall.yml "
+             "-l {host}`)",
+             meaning="Over this run and the saved runs: at least 3 Xid 74 on one GPU within 24 "
+                     "h, over two or more links, none of them at GF433's limit. No one link "
+                     "fails; what the links share does (the GPU's NVLink logic; on an NVSwitch "
+                     "baseboard the switches and the fabric manager). Per-link repeats are "
+                     "NVIDIA's (WORKFLOW_NVLINK_ERR); this reading of a spread is gpufleet's."),
     # GF45x: the RDMA fabric (GF450-GF452 rules/fabric.py; GF455-GF459 rules/fabric_delta.py,
     # with the thresholds and their sources)
     RuleInfo("GF450", "error", "RDMA port down",
