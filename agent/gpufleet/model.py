@@ -392,6 +392,8 @@ class Facts:
     ib_ports: tuple[IbPort, ...] | None = None
     # Kernels installed (/boot/vmlinuz-*) and the distribution's reboot flag; None = not read
     kernels: KernelsInfo | None = None
+    # /proc/sys/kernel/random/boot_id: new at every boot, so saved runs tell reboots apart (GF432)
+    boot_id: str | None = None
     # The driver's recovery action per GPU; None = not read (no `-q`, or a driver without it)
     gpu_recovery: tuple[GpuRecovery, ...] | None = None
     ib_links: tuple[IbLink, ...] | None = None  # per-port state and counters; None: not read

@@ -153,3 +153,23 @@ def lim_var(hostvars: dict[str, object]) -> Limits:
     from gpufleet.rules.escalation import limits_for  # noqa: PLC0415
 
     return limits_for(spec_from_vars("gpu07", hostvars).expect)
+
+
+def test_gf432_counts_boots_by_boot_id_not_reboot_class_events(facts: dict[str, Facts]) -> None:
+    """Three saved runs, each with a new Xid 79 line from dmesg (this boot). In one boot (one
+    boot_id) that is one ask for a reboot, not three; in three boots it is past gpud's limit."""
+    base = facts["h200x2"]
+
+    def runs(boot_ids: list[str]) -> list[dict[str, object]]:
+        out = []
+        for h, boot in enumerate(boot_ids, 1):
+            ev = XidEvent(79, f"[ {1000 * h}.000000]", BUS, "GPU has fallen off the bus.", True)
+            out.append(_doc(dataclasses.replace(base, xid_events=(ev,), boot_id=boot),
+                            f"2026-11-30T0{h}:00:00Z"))
+        return out
+
+    one = runs(["b7e0c1a4-0000-4000-8000-000000000001"] * 3)
+    assert "GF432" not in _rules(one[-1], one[:-1])
+    three = runs([f"b7e0c1a4-0000-4000-8000-00000000000{i}" for i in (1, 2, 3)])
+    (rma,) = _rules(three[-1], three[:-1])["GF432"]
+    assert rma["count"] == 3 and rma["counted_by"] == "boot id" and len(rma["boot_ids"]) == 3

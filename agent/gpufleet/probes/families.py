@@ -46,6 +46,7 @@ FAMILIES: tuple[Family, ...] = (
     pci.PCI_GPUS,
     ib.IB_PORTS,
     kernels.KERNELS,
+    kernels.BOOT_ID,
     recovery.GPU_RECOVERY,
     ib.IB_LINKS,
     tmpdir.TMPDIR,

@@ -8,8 +8,8 @@
 # 124/137 = the tool hung and was killed by `timeout`. Parsing happens on the controller.
 # GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
 # /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband, GPUFLEET_SYS_CLASS_NET
-# /sys/class/net, GPUFLEET_BOOT /boot and GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required; only
-# tests set them.
+# /sys/class/net, GPUFLEET_BOOT /boot, GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required and
+# GPUFLEET_BOOT_ID /proc/sys/kernel/random/boot_id; only tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -32,6 +32,7 @@ ib=${GPUFLEET_SYS_CLASS_INFINIBAND:-/sys/class/infiniband}
 boot=${GPUFLEET_BOOT:-/boot}
 reboot_flag=${GPUFLEET_REBOOT_REQUIRED:-/var/run/reboot-required}
 net=${GPUFLEET_SYS_CLASS_NET:-/sys/class/net}
+boot_id=${GPUFLEET_BOOT_ID:-/proc/sys/kernel/random/boot_id}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -141,6 +142,8 @@ else
     section os_release cat /usr/lib/os-release
 fi
 section uname uname -r -m
+# A random UUID the kernel draws at every boot: runs with different ids are different boots.
+section boot_id cat "$boot_id"
 # Installed kernels (/boot/vmlinuz-RELEASE) and the distribution's reboot flag: `vmlinuz RELEASE`
 # lines, `boot=absent` when /boot is not a directory, `reboot-required` when the flag exists.
 {

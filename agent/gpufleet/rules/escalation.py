@@ -68,6 +68,9 @@ class _Seen:
     message: str
     when: datetime
     nvlink: int | None = None
+    # The boot that logged it: the run's boot_id when the event came from that boot's own ring
+    # buffer (dmesg); None when unknown (journald spans boots, or a run saved before the fact).
+    boot: str | None = None
 
 
 def _when(stamp: str | None, run_time: datetime) -> datetime:
@@ -88,7 +91,9 @@ def events(docs: Iterable[Mapping[str, Any]]) -> list[_Seen]:
     for doc in sorted(docs, key=lambda d: str(d.get("generated_at") or "")):
         at = _run_time(doc)
         for host, h in (doc.get("hosts") or {}).items():
-            for ev in ((h.get("facts") or {}).get("xid_events") or []):
+            facts = h.get("facts") or {}
+            boot = facts.get("boot_id") if isinstance(facts.get("boot_id"), str) else None
+            for ev in (facts.get("xid_events") or []):
                 try:
                     code, bus = int(ev["xid"]), str(ev.get("bus_id") or "?")
                 except (KeyError, TypeError, ValueError):
@@ -97,8 +102,9 @@ def events(docs: Iterable[Mapping[str, Any]]) -> list[_Seen]:
                 # Saved before the fact existed: the link is in the message all the same.
                 link = ev.get("nvlink")
                 link = link if isinstance(link, int) else nvlink_of(code, msg)
-                seen.setdefault((host, code, bus, stamp, msg),
-                                _Seen(host, code, bus, msg, _when(stamp, at), link))
+                seen.setdefault((host, code, bus, stamp, msg), _Seen(
+                    host, code, bus, msg, _when(stamp, at), link,
+                    boot if ev.get("this_boot") is True else None))
     return list(seen.values())
 
 
@@ -193,18 +199,27 @@ def _gpc(host: str, bus: str, evs: Sequence[_Seen], lim: Limits, now: datetime) 
 
 def _reboots(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
              now: datetime) -> list[Finding]:
-    """Each distinct reboot-class Xid is one time the GPU asked for a reboot; past the limit the
-    reboots did not help (the events of one boot repeat with new stamps after the next)."""
-    asks = sorted((e for e in _within(evs, lim.reboot_days * 24, now)
-                   if xids.verdict(e.xid).need == "reboot"), key=lambda e: e.when)
+    """A GPU asks for a reboot once per boot, however many reboot-class Xids that boot logged:
+    the asks are the distinct boot ids (fact `boot_id`) of the runs that saw one. Past the limit
+    the reboots did not help. An event whose boot is unknown (journald spans boots; a run saved
+    before the fact) counts as one ask of its own, as each distinct event did before."""
+    asks: dict[object, list[_Seen]] = defaultdict(list)
+    for e in _within(evs, lim.reboot_days * 24, now):
+        if xids.verdict(e.xid).need == "reboot":
+            asks[("boot", e.boot) if e.boot else ("event", e)].append(e)
     if len(asks) <= lim.reboot_limit:
         return []
+    first = sorted((min(v, key=lambda e: e.when) for v in asks.values()), key=lambda e: e.when)
+    boots = sorted({e.boot for e in first if e.boot})
     return [finding(
         "GF432", [host],
-        f"{host}: the GPU at {bus} asked for a reboot {len(asks)} times within "
-        f"{lim.reboot_days:g} days (Xid {', '.join(sorted({str(e.xid) for e in asks}))}); "
+        f"{host}: the GPU at {bus} asked for a reboot in {len(asks)} boots within "
+        f"{lim.reboot_days:g} days (Xid {', '.join(sorted({str(e.xid) for e in first}))}); "
         f"after {lim.reboot_limit} reboots it is the hardware",
-        _evidence(host, bus, asks, limit=lim.reboot_limit, window_days=lim.reboot_days,
+        _evidence(host, bus, first, limit=lim.reboot_limit, window_days=lim.reboot_days,
+                  boot_ids=boots, boots_unknown=len(first) - len(boots),
+                  counted_by="boot id" if len(boots) == len(first) else
+                  "boot id, else each distinct event (boot unknown)",
                   source="leptonai/gpud DefaultRebootThreshold = 2 (HARDWARE_INSPECTION)"),
         bus=bus)]
 

@@ -534,6 +534,10 @@ def write(p: Profile, root: Path) -> None:
     (data / "replay").write_text(REPLAY)
     (data / "replay").chmod(0o755)
     (base / "ABOUT").write_text(p.about + "\n")
+    # One boot per profile: the kernel draws a random UUID per boot (drivers/char/random.c);
+    # here a fixed one per name (inference: any UUID is as real as another), read through
+    # GPUFLEET_BOOT_ID so the goldens never hold this machine's boot.
+    (base / "boot_id").write_text(f"{uuid.uuid5(uuid.NAMESPACE_URL, 'gpufleet:' + p.name)}\n")
     for name, text in sorted(p.files.items()):
         (data / name).write_text(text)
     for tool, lines in sorted(p.index.items()):
