@@ -243,6 +243,11 @@ class ImageInfo:
     env: tuple[str, ...] | None = None  # the image's Config.Env ("KEY=VALUE"); None = not read
 
 
+# A Slurm node's break-fix state (engines/slurm/lifecycle.py), as reports and metrics carry it.
+LifecycleState = Literal["in service", "suspect", "drained", "remediating", "re-validating",
+                         "rma", "drained by someone else"]
+
+
 @dataclass(frozen=True)
 class XidEvent:
     xid: int
