@@ -66,3 +66,37 @@ def test_preconditions_refuse_and_change_nothing(rfleet: Fleet) -> None:
     busy = _play(rfleet, "gpu-busy", "-e", "remediate_gpu=0")
     assert busy.returncode != 0 and "is in use" in busy.stdout, busy.stdout[-2000:]
     assert "TASK [Reset the GPU]" not in busy.stdout
+
+
+def test_bug_report_is_collected_into_the_rma_bundle(rfleet: Fleet, tmp_path: Path) -> None:
+    """playbooks/collect_bug_report.yml over SSH: the simulated host's nvidia-bug-report.sh
+    (its shape: tests/fleet/profiles/build_profiles.py BUG_REPORT) writes the log as root in a
+    private directory, the play fetches it and `gpufleet rma-bundle` packs it with the host's
+    saved runs; the node keeps nothing."""
+    import gzip  # noqa: PLC0415
+    import tarfile  # noqa: PLC0415
+
+    store, dest = tmp_path / "runs", tmp_path / "rma"
+    saved = rfleet.run_cli("check", "-i", str(rfleet.inventory), "-l", "gpu-again", "--level",
+                           "facts", "--format", "json", "--save", str(store))
+    assert saved.returncode == 1, saved.stderr[-2000:]  # GF405: the Xid 94 it holds
+    bin_dir = Path(rfleet.env["PATH"].split(":")[0])
+    play = subprocess.run(
+        [str(bin_dir / "ansible-playbook"), "-i", str(rfleet.inventory), "-l", "gpu-again",
+         str(REPO / "playbooks/collect_bug_report.yml"), "-e", f"collect_bug_report_dest={dest}",
+         "-e", f"collect_bug_report_store={store}",
+         "-e", f"collect_bug_report_gpufleet={bin_dir / 'gpufleet'}"],
+        cwd=REPO, env=rfleet.env, capture_output=True, text=True, timeout=180, check=False)
+    assert play.returncode == 0, play.stdout[-3000:]
+    log = gzip.decompress((dest / "gpu-again" / "nvidia-bug-report.log.gz").read_bytes()).decode()
+    assert log.lstrip("_\n").startswith("Start of NVIDIA bug report log file.")
+    assert "GPU Recovery Action" in log and "Xid (PCI:0000:00:07): 94" in log
+    with tarfile.open(dest / "gpu-again" / "rma-gpu-again.tar.gz") as tar:
+        names = tar.getnames()
+        manifest = json.loads(tar.extractfile("rma-gpu-again/manifest.json").read())  # type: ignore[union-attr]
+    assert "rma-gpu-again/nvidia-bug-report.log.gz" in names
+    assert "nvidia-bug-report.log.gz" in manifest["files"] and manifest["host"] == "gpu-again"
+    left = subprocess.run(rfleet.ssh_argv("gpu-again", "ls -d /tmp/gpufleet-bug-report.* "
+                                          "2>/dev/null | wc -l"),
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert left.stdout.strip() == "0", left.stdout + left.stderr

@@ -123,6 +123,51 @@ echo "$tool (simulated): these arguments are not simulated: $args" >&2
 exit 2
 """
 
+# nvidia-bug-report.sh as the driver ships it, reduced to what the collect playbook relies on
+# (NVIDIA's script from the 390.48 driver package, redistributed in
+# sakjain92/Fractional-GPUs@72c86c113d29d41a31371325ab50f119dfd219df:driver/NVIDIA-Linux-x86_64-390.48/nvidia-bug-report.sh):
+# `--output-file BASE` writes BASE.gz (gzip when present, ".gz" appended), `--safe-mode` and
+# `--extra-system-data` are accepted, any other argument prints the usage and exits 1, a non-root
+# caller gets "ERROR: Please run nvidia-bug-report.sh as root." and exit 1, and the log starts
+# "Start of NVIDIA bug report log file." with sections separated by a line of underscores and
+# "*** FILE" / command headers. The sections here are the profile's own nvidia-smi -q, the NVIDIA
+# module version and kernel messages (the real script appends far more).
+BUG_REPORT = r"""#!/bin/sh
+here=$(dirname "$0")
+base=nvidia-bug-report.log
+while [ $# -gt 0 ]; do
+    case $1 in
+        -o | --output-file) [ -n "$2" ] || { echo "usage: nvidia-bug-report.sh [--output-file FILE]"; exit 1; }
+            base=$2; shift ;;
+        --safe-mode | --extra-system-data) ;;
+        *) echo "usage: nvidia-bug-report.sh [--output-file FILE] [--safe-mode]"; exit 1 ;;
+    esac
+    shift
+done
+if [ "$(id -u)" -ne 0 ]; then
+    echo "ERROR: Please run nvidia-bug-report.sh as root."
+    exit 1
+fi
+log=$base.gz
+echo "nvidia-bug-report.sh will now collect information about your system and create the file '$log' in the current directory."
+sep=____________________________________________
+{
+    echo "$sep"; echo
+    echo "Start of NVIDIA bug report log file.  Please include this file, along"
+    echo "with a detailed description of your problem, when reporting a graphics"
+    echo "driver bug."; echo
+    echo "nvidia-bug-report.sh Version: simulated (gpufleet test profile)"; echo
+    echo "Date: $(date)"; echo "uname: $(uname -a)"; echo
+    echo "$sep"; echo; echo "*** /proc/driver/nvidia/version"
+    cat /proc/driver/nvidia/version 2>&1; echo
+    echo "$sep"; echo; echo "$here/nvidia-smi -q"; echo
+    "$here/nvidia-smi" -q 2>&1; echo
+    echo "$sep"; echo; echo "Scanning kernel log files for NVIDIA kernel messages:"
+    dmesg 2>/dev/null | grep -e NVRM -e nvidia-; echo
+} | gzip -c >"$log" || exit 1
+echo "complete."
+"""
+
 WRAPPER = """#!/bin/sh
 exec "$(dirname "$0")/.data/replay" {tool} "$@"
 """
@@ -545,6 +590,9 @@ def write(p: Profile, root: Path) -> None:
         wrapper = base / "bin" / tool
         wrapper.write_text(WRAPPER.format(tool=tool))
         wrapper.chmod(0o755)
+    if "nvidia-smi" in p.index:  # the driver package ships the bug report script beside it
+        (base / "bin" / "nvidia-bug-report.sh").write_text(BUG_REPORT)
+        (base / "bin" / "nvidia-bug-report.sh").chmod(0o755)
     if p.links:
         (data / "lib").mkdir()
         for link, target in sorted(p.links.items()):
