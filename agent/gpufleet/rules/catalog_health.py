@@ -185,7 +185,8 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                               "draining; reboot: reboot the node)"}),
     RuleInfo("GF421", "error", "a GPU on the PCI bus is not enumerated by the driver",
              "drain {host}; the GPU at {bus} fell off the bus or failed to initialise: reboot "
-             "(`ansible {host} -b -m ansible.builtin.reboot`), then reseat or RMA it if it stays "
+             "(`ansible-playbook playbooks/remediate_reboot.yml -l {host}`), then reseat or RMA it "
+             "if it stays "
              "missing",
              meaning="sysfs lists more NVIDIA display/3D controllers (`pci_gpus`) than "
                      "`nvidia-smi` enumerates: the node lost a GPU, told from its own evidence "
@@ -229,9 +230,9 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF434", "warning", "Xid 74 spread over several NVLinks of one GPU",
              "the links of the GPU at {bus} on {host} share the fault: reset that GPU "
              "(`ansible-playbook playbooks/remediate_gpu_reset.yml -l {host} -e "
-             "remediate_gpu=GPU`); if Xid 74 comes back over several links, reinstall the "
-             "driver and fabric manager (`ansible-playbook playbooks/remediate_reinstall.yml "
-             "-l {host}`)",
+             "remediate_gpu=GPU`); if Xid 74 comes back over several links, reboot "
+             "(`ansible-playbook playbooks/remediate_reboot.yml -l {host}`) and check the "
+             "fabric manager's log on an NVSwitch baseboard",
              meaning="Over this run and the saved runs: at least 3 Xid 74 on one GPU within 24 "
                      "h, over two or more links, none of them at GF433's limit. No one link "
                      "fails; what the links share does (the GPU's NVLink logic; on an NVSwitch "

@@ -58,7 +58,8 @@ REPLAY = r"""#!/bin/sh
 # RC "hang" sleeps until killed; RC "real" runs the host's own TOOL instead.
 # RC "reset" answers like a GPU reset and records it: from then on lines with RC "ifreset:N"
 # apply (the host's answers after the reset), skipped before. The record lives in the host's
-# own /proc/driver tmpfs (one per simulated host, new on every profile switch).
+# own /proc/driver tmpfs (one per simulated host, new on every profile switch). Likewise
+# "ifreboot:N" lines apply once bin/gpufleet-sim-reboot (a profile with reboot = "heals") ran.
 data=$(cd "$(dirname "$0")" && pwd)
 state=${GPUFLEET_SIM_STATE:-/proc/driver/gpufleet-sim}
 tool=$1
@@ -92,6 +93,10 @@ if [ -r "$data/$tool.index" ]; then
             ifreset:*)
                 [ -e "$state/reset" ] || continue
                 rc=${rc#ifreset:}
+                ;;
+            ifreboot:*)
+                [ -e "$state/reboot" ] || continue
+                rc=${rc#ifreboot:}
                 ;;
         esac
         # shellcheck disable=SC2254  # the pattern is meant to glob
@@ -186,6 +191,7 @@ class Profile:
     boot: list[str] = field(default_factory=list)  # kernels in /boot beside the running one
     # NVIDIA 3D controllers on the simulated PCI bus (sysfs), by address; () = no sysfs tree
     pci: tuple[str, ...] = ()
+    sim_reboot: bool = False  # bin/gpufleet-sim-reboot (overlay reboot = "heals")
 
     def tool(self, tool: str, *lines: str) -> None:
         self.index[tool] = list(lines)
@@ -522,7 +528,34 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
     p.files.setdefault("nvlink-e.txt", nvlink_errors_text(p.files.get("nvlink-s.txt", "")))
     if data.get("reset") == "heals":
         p = heal_on_reset(p, start)
+    if data.get("reboot") == "heals":
+        p = heal_on_reboot(p, start)
     return p
+
+
+# The one point a test replaces a reboot (playbooks/remediate_reboot.yml's
+# remediate_reboot_command): what a reboot changes that the checks read. The driver starts anew
+# (nvidia-smi answers as `healthy` from then on, "ifreboot:" lines) and the kernel draws a new
+# boot id (read by remediate_boot_id_command); the host itself keeps running. Named so it can
+# never shadow a real tool.
+SIM_REBOOT = r"""#!/bin/sh
+state=${GPUFLEET_SIM_STATE:-/proc/driver/gpufleet-sim}
+mkdir -p "$state" && : >"$state/reboot" && cat /proc/sys/kernel/random/uuid >"$state/boot_id"
+"""
+
+
+def heal_on_reboot(p: Profile, healthy: Profile) -> Profile:
+    """After bin/gpufleet-sim-reboot, nvidia-smi answers as `healthy` (the base)."""
+    files, index = dict(p.files), {k: list(v) for k, v in p.index.items()}
+    healed = []
+    for line in healthy.index["nvidia-smi"]:
+        rc, out, err, pattern = [*line.split(" ", 3), ""][:4]
+        if out != "-":
+            files[f"rebooted-{out}"] = healthy.files.get(out, p.files[out])
+            out = f"rebooted-{out}"
+        healed.append(f"ifreboot:{rc} {out} {err} {pattern}")
+    index["nvidia-smi"] = healed + index["nvidia-smi"]
+    return replace(p, files=files, index=index, sim_reboot=True)
 
 
 def heal_on_reset(p: Profile, healthy: Profile) -> Profile:
@@ -590,6 +623,9 @@ def write(p: Profile, root: Path) -> None:
         wrapper = base / "bin" / tool
         wrapper.write_text(WRAPPER.format(tool=tool))
         wrapper.chmod(0o755)
+    if p.sim_reboot:
+        (base / "bin" / "gpufleet-sim-reboot").write_text(SIM_REBOOT)
+        (base / "bin" / "gpufleet-sim-reboot").chmod(0o755)
     if "nvidia-smi" in p.index:  # the driver package ships the bug report script beside it
         (base / "bin" / "nvidia-bug-report.sh").write_text(BUG_REPORT)
         (base / "bin" / "nvidia-bug-report.sh").chmod(0o755)
