@@ -73,6 +73,9 @@ VARS: tuple[Var, ...] = (
         "GF431: Xid 13 on one GPC/TPC or Xid 31 on one GPU this many times in 24 h (default 2)"),
     Var("gpufleet_xid_reboot_limit", "xid_reboot_limit", "int", (AGENT,),
         "GF432: reboots within 7 days that may not fix a GPU before it goes to RMA (default 2)"),
+    Var("gpufleet_xid74_link_limit", "xid74_link_limit", "int", (AGENT,),
+        "GF433: Xid 74 on one NVLink this many times within 24 h sends the GPU to RMA "
+        "(default 3)"),
     Var("gpufleet_ib_symbol_errors_per_hour", "ib_symbol_errors_per_hour", "number", (AGENT,),
         "GF456's threshold: RDMA symbol errors per hour between runs (default 120)"),
     Var("gpufleet_ib_flaps_per_day", "ib_flaps_per_day", "number", (AGENT,),

@@ -67,6 +67,7 @@ class Expectations:
     xid_repeat_limit: int | None = None  # gpufleet_xid_repeat_limit (same Xid, one GPU, 24 h)
     xid13_31_limit: int | None = None  # gpufleet_xid13_31_limit (same GPC/TPC or GPU, 24 h)
     xid_reboot_limit: int | None = None  # gpufleet_xid_reboot_limit (reboots in 7 days -> RMA)
+    xid74_link_limit: int | None = None  # gpufleet_xid74_link_limit (Xid 74, one NVLink, 24 h)
     ib_symbol_errors_per_hour: float | None = None  # gpufleet_ib_symbol_errors_per_hour (120)
     ib_flaps_per_day: float | None = None  # gpufleet_ib_flaps_per_day (5)
     ib_ber_exponent: int | None = None  # gpufleet_ib_ber_exponent (12: effective BER < 1E-12)
@@ -246,6 +247,11 @@ class ImageInfo:
     env: tuple[str, ...] | None = None  # the image's Config.Env ("KEY=VALUE"); None = not read
 
 
+# A Slurm node's break-fix state (engines/slurm/lifecycle.py), as reports and metrics carry it.
+LifecycleState = Literal["in service", "suspect", "drained", "remediating", "re-validating",
+                         "rma", "drained by someone else"]
+
+
 @dataclass(frozen=True)
 class XidEvent:
     xid: int
@@ -255,6 +261,9 @@ class XidEvent:
     # True: from the kernel ring buffer (dmesg), which holds this boot only; None: journald,
     # which may span boots
     this_boot: bool | None = None
+    # Xid 74: the NVLink the message names ("… fatal error detected on link 14(0x0, …)"); None:
+    # another code, or a message without a link
+    nvlink: int | None = None
 
 
 @dataclass(frozen=True)
@@ -405,6 +414,8 @@ class Facts:
     ib_ports: tuple[IbPort, ...] | None = None
     # Kernels installed (/boot/vmlinuz-*) and the distribution's reboot flag; None = not read
     kernels: KernelsInfo | None = None
+    # /proc/sys/kernel/random/boot_id: new at every boot, so saved runs tell reboots apart (GF432)
+    boot_id: str | None = None
     # The driver's recovery action per GPU; None = not read (no `-q`, or a driver without it)
     gpu_recovery: tuple[GpuRecovery, ...] | None = None
     ib_links: tuple[IbLink, ...] | None = None  # per-port state and counters; None: not read

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,57 @@ def test_replacing_is_explicit_and_matches_the_key_in_any_case(
                              monkeypatch, gpufleet_healthcheck_replace_existing=True)
     assert rc == 0, out[-3000:]
     assert "nhc" not in conf and conf.lower().count("healthcheckprogram") == 1, conf
+
+
+def _saved_run(at: str, events: list[dict[str, object]]) -> dict[str, object]:
+    """A whole saved node report (the store reads only valid ones): the golden one, reshaped."""
+    doc = json.loads((REPO / "tests/fixtures/report/golden.json").read_text())
+    host = dict(next(iter(doc["hosts"].values())), name="n1", status="ok", smoke=None)
+    host["facts"] = dict(host["facts"], xid_events=events)
+    return dict(doc, generated_at=at, hosts={"n1": host}, findings=[])
+
+
+def test_the_wrapper_runs_node_check_over_the_node_local_history(tmp_path: Path) -> None:
+    """The rendered wrapper with the real CLI on a simulated node (profile xid74-spread: Xid 74
+    once each on links 2, 5, 11 of GPU 1): it passes --history with the role's store, so two Xid
+    74 on link 5 saved an hour ago make link 5 the hardware (GF433) where this run alone says
+    "spread" (GF434); a run older than keep_days is dropped; no slurm here, so GF905 too."""
+    import datetime as dt  # noqa: PLC0415
+
+    from gpufleet.history.store import RunStore  # noqa: PLC0415
+
+    # The simulated profiles, built (cached) from their overlays as the fleet builds them.
+    built = subprocess.run([sys.executable, str(REPO / "tests/fleet/profiles/build_profiles.py")],
+                           capture_output=True, text=True, check=True)
+    prof = Path(built.stdout.strip()) / "xid74-spread"
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps({"all": {"hosts": {"n1": {
+        "ansible_connection": "local", "render_root": str(tmp_path),
+        "gpufleet_healthcheck_command": str(Path(sys.executable).parent / "gpufleet"),
+        "gpufleet_healthcheck_path": f"{prof / 'bin'}:{os.environ['PATH']}"}}}}))
+    res = run_playbook(REPO / "tests/ansible/playbooks/render_healthcheck.yml", inventory,
+                       tmp_path, "render-history")
+    assert res.rc == 0, res.tail()
+    wrapper = (tmp_path / "libexec" / "gpufleet-healthcheck").read_text()
+    assert f"--history {tmp_path}/history" in wrapper and "--history-keep-days 8" in wrapper
+
+    now = dt.datetime.now(dt.timezone.utc)
+    stamp = lambda h: (now - dt.timedelta(hours=h)).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    line = ("pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 5(0x10, "
+            "0x0, 0x0, 0x0, 0x0, 0x0, 0x0)")
+    store = RunStore(tmp_path / "history")
+    store.save(_saved_run(stamp(24 * 10), []))  # older than keep_days
+    store.save(_saved_run(stamp(1), [
+        {"xid": 74, "timestamp": f"[ {s}.000000]", "bus_id": "00000000:00:07.0",
+         "message": line, "this_boot": True} for s in (5001, 5002)]))
+    env = {**os.environ, "SLURMD_NODENAME": "n1",
+           "GPUFLEET_PROC_DRIVER_NVIDIA": str(prof / "proc_driver_nvidia")}
+    proc = subprocess.run([str(tmp_path / "libexec" / "gpufleet-healthcheck")], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]  # findings, reported: success for Slurm
+    report = json.loads((tmp_path / "reports" / "node-check-n1.json").read_text())
+    rules = {f["rule"]: f for f in report["findings"]}
+    assert "GF433" in rules and "GF434" not in rules, sorted(rules)
+    assert rules["GF433"]["evidence"]["nvlink"] == 5 and rules["GF433"]["evidence"]["count"] == 3
+    kept = [e["generated_at"] for e in RunStore(tmp_path / "history").entries()]
+    assert kept == [stamp(1), report["generated_at"]]

@@ -33,8 +33,9 @@ def test_every_expectations_field_has_exactly_one_variable() -> None:
     fields = [f.name for f in dataclasses.fields(Expectations)]
     assert sorted(v.field for v in desired.VARS) == sorted(fields)
     # 14 the old allow-lists had, + 4, + 3 Xid escalation limits (issue 26), + 2 RDMA counter
-    # thresholds and 1 BER threshold (issue 27), + gpufleet_perf_floors (issue 25)
-    assert len(desired.NAMES) == len(desired.VARS) == 25
+    # thresholds and 1 BER threshold (issue 27), + gpufleet_perf_floors (issue 25), + 1 Xid 74
+    # per-link limit (issue 26)
+    assert len(desired.NAMES) == len(desired.VARS) == 26
 
 
 def test_healthcheck_role_lists_the_table() -> None:

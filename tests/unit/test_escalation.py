@@ -13,7 +13,7 @@ from gpufleet.cli import saved
 from gpufleet.history.store import RunStore
 from gpufleet.model import Facts, HostResult, HostSpec, Report, XidEvent
 from gpufleet.report import document
-from gpufleet.rules.escalation import Limits, escalate
+from gpufleet.rules.escalation import RMA_RULES, Limits, escalate
 
 BUS = "00000000:00:07.0"
 
@@ -105,3 +105,71 @@ def test_limits_are_inventory_variables(facts: dict[str, Facts], tmp_path: Path)
     burst = _doc(facts["xid13-burst"], "2026-11-30T12:00:00Z")
     assert escalation_findings(burst, [], lambda e: e, lenient) == []
     assert [f.rule for f in escalation_findings(burst, [], lambda e: e, strict)] == ["GF431"]
+
+
+def test_xid_74_repeated_on_one_nvlink_is_that_links_finding(facts: dict[str, Facts]) -> None:
+    """Three Xid 74 on GPU 1's link 5 (NVIDIA: "more than 2 times on the same link"): GF433,
+    which holds the node for RMA; GF430 does not count them a second time."""
+    f = _probe("xid74-link")
+    assert [e.nvlink for e in f.xid_events] == [5, 5, 5]
+    found = _rules(_doc(f, "2026-11-30T12:00:00Z"))
+    (link,) = found["GF433"]
+    assert link["nvlink"] == 5 and link["count"] == 3 and link["bus_id"] == BUS
+    assert "WORKFLOW_NVLINK_ERR" in str(link["source"])
+    assert set(found) == {"GF433"}
+    assert "GF433" in RMA_RULES
+    assert _rules(_doc(f, "2026-11-30T12:00:00Z"), limits=Limits(xid74_link_count=4)) == {}
+
+
+def test_xid_74_spread_over_links_names_what_they_share(facts: dict[str, Facts]) -> None:
+    f = _probe("xid74-spread")
+    assert [e.nvlink for e in f.xid_events] == [2, 5, 11]
+    found = _rules(_doc(f, "2026-11-30T12:00:00Z"))
+    (spread,) = found["GF434"]
+    assert spread["links"] == {"2": 1, "5": 1, "11": 1} and spread["count"] == 3
+    assert set(found) == {"GF434"}  # no link repeats, and GF430 does not count them per GPU
+
+
+def test_xid_74_per_link_across_saved_runs_and_older_saved_files(facts: dict[str, Facts]) -> None:
+    """One Xid 74 on link 5 per saved run; the older runs were saved before the `nvlink` fact
+    existed (the link is read from their message)."""
+    line = ("pid='<unknown>', name=<unknown>, NVLink: fatal error detected on link 5(0x10, 0x0, "
+            "0x0, 0x0, 0x0, 0x0, 0x0)")
+    runs = []
+    for h in (1, 2, 3):
+        ev = XidEvent(74, f"2026-11-30T0{h}:00:00+00:00", BUS, line, True, 5)
+        runs.append(_doc(dataclasses.replace(facts["h200x2"], xid_events=(ev,)),
+                         f"2026-11-30T0{h}:05:00Z"))
+    for doc in runs[:2]:
+        for ev in doc["hosts"]["gpu07"]["facts"]["xid_events"]:  # type: ignore[index]
+            del ev["nvlink"]
+    (link,) = _rules(runs[2], runs[:2])["GF433"]
+    assert link["count"] == 3 and link["nvlink"] == 5
+    assert lim_var({"gpufleet_xid74_link_limit": 4}).xid74_link_count == 4
+
+
+def lim_var(hostvars: dict[str, object]) -> Limits:
+    from gpufleet.inventory import spec_from_vars  # noqa: PLC0415
+    from gpufleet.rules.escalation import limits_for  # noqa: PLC0415
+
+    return limits_for(spec_from_vars("gpu07", hostvars).expect)
+
+
+def test_gf432_counts_boots_by_boot_id_not_reboot_class_events(facts: dict[str, Facts]) -> None:
+    """Three saved runs, each with a new Xid 79 line from dmesg (this boot). In one boot (one
+    boot_id) that is one ask for a reboot, not three; in three boots it is past gpud's limit."""
+    base = facts["h200x2"]
+
+    def runs(boot_ids: list[str]) -> list[dict[str, object]]:
+        out = []
+        for h, boot in enumerate(boot_ids, 1):
+            ev = XidEvent(79, f"[ {1000 * h}.000000]", BUS, "GPU has fallen off the bus.", True)
+            out.append(_doc(dataclasses.replace(base, xid_events=(ev,), boot_id=boot),
+                            f"2026-11-30T0{h}:00:00Z"))
+        return out
+
+    one = runs(["b7e0c1a4-0000-4000-8000-000000000001"] * 3)
+    assert "GF432" not in _rules(one[-1], one[:-1])
+    three = runs([f"b7e0c1a4-0000-4000-8000-00000000000{i}" for i in (1, 2, 3)])
+    (rma,) = _rules(three[-1], three[:-1])["GF432"]
+    assert rma["count"] == 3 and rma["counted_by"] == "boot id" and len(rma["boot_ids"]) == 3

@@ -147,3 +147,13 @@ def test_history_and_report_commands(store: RunStore, tmp_path: Path,
     assert "bad.json is not a gpufleet JSON report: the top level: lacks 'schema'" in r.stderr
     r = cli("history", "--store", str(tmp_path / "empty"))
     assert r.returncode == 2 and "no saved runs" in r.stderr
+
+
+def test_prune_drops_older_runs_and_their_files(store: RunStore) -> None:
+    """node-check --history-keep-days: the index loses the old entries first, then the files."""
+    store.save(second())
+    assert store.prune("2026-11-30T00:00:00Z") == 1
+    assert [e["generated_at"] for e in store.entries()] == ["2026-11-30T12:00:00Z"]
+    assert sorted(p.name for p in store.root.glob("gpufleet-*.json")) == [
+        "gpufleet-2026-11-30T120000Z.json"]
+    assert store.prune("2026-11-30T00:00:00Z") == 0

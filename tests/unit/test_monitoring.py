@@ -69,7 +69,26 @@ def _exported() -> set[str]:
                              ["n1", "n2"], coverage.DEFAULT_GOALS,
                              datetime(2026, 12, 2, tzinfo=timezone.utc))
     text += coverage.render_prometheus(rows, coverage.DEFAULT_GOALS)
+    text += prometheus.render(SLURM_STEP)  # the lifecycle gauge: node-check --slurm-drain only
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+# A node-check --slurm-drain report: the step evidence as engines/slurm/drain.py writes it.
+SLURM_STEP: dict[str, Any] = {
+    "hosts": {"n1": {"status": "ok", "facts": None, "smoke": None}},
+    "findings": [{"rule": "GF906", "severity": "warning", "hosts": ["n1"], "evidence": {
+        "node": "n1", "action": "rma", "lifecycle": {"from": "drained", "to": "rma"}}}]}
+
+
+def test_the_lifecycle_state_is_a_state_set_per_node() -> None:
+    fams = {f.name: f for f in text_string_to_metric_families(prometheus.render(SLURM_STEP))}
+    samples = {s.labels["state"]: s.value for s in fams["gpufleet_lifecycle_state"].samples}
+    assert samples["rma"] == 1.0 and sum(samples.values()) == 1.0
+    assert set(samples) == {"in service", "suspect", "drained", "remediating", "re-validating",
+                            "rma", "drained by someone else"}
+    plain = dict(SLURM_STEP, findings=[])  # not a Slurm health check: no lifecycle samples
+    fams = {f.name: f for f in text_string_to_metric_families(prometheus.render(plain))}
+    assert fams["gpufleet_lifecycle_state"].samples == []
 
 
 def _recorded() -> set[str]:
@@ -81,7 +100,7 @@ def test_promtool_accepts_the_rules() -> None:
     r = subprocess.run([_promtool(), "check", "rules", str(RULES)], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "SUCCESS: 18 rules found" in r.stdout
+    assert "SUCCESS: 19 rules found" in r.stdout
 
 
 def test_the_rules_pass_their_promtool_unit_tests() -> None:

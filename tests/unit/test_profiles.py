@@ -62,6 +62,7 @@ def probe(name: str, image: str = IMAGE) -> tuple[Facts, float]:
         # Nor this machine's kernels: the profile's /boot, if it has one (absent: kernels None).
         "GPUFLEET_BOOT": str(profile / "boot"),
         "GPUFLEET_REBOOT_REQUIRED": str(profile / "reboot-required"),
+        "GPUFLEET_BOOT_ID": str(profile / "boot_id"),
     }
     start = time.monotonic()
     proc = subprocess.run(
@@ -135,6 +136,8 @@ def test_every_named_profile_exists() -> None:
         "xid13-burst",
         "xid-leaky",
         "xid79-repeat",
+        "xid74-link",
+        "xid74-spread",
     }
 
 

@@ -72,6 +72,7 @@ def _probe(profile: str) -> Facts:
         env["GPUFLEET_PROC_DRIVER_NVIDIA"] = str(p / "proc_driver_nvidia")
     # The profile's PCI bus (absent: no sysfs), never this machine's.
     env["GPUFLEET_SYS_PCI_DEVICES"] = str(p / "sys_bus_pci_devices")
+    env["GPUFLEET_BOOT_ID"] = str(p / "boot_id")
     # Short tool timeout only where the profile hangs on purpose; loaded CI needs slack elsewhere.
     wait = 1 if profile == "nvidia-smi-hang" else 10
     out = subprocess.run(["sh", "-s", "--", f"tool_timeout={wait}", f"image={IMAGE}"],

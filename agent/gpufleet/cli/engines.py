@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import signal
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from gpufleet.redact import text
 from gpufleet.report import document, exit_code
 from gpufleet.report.pipeline import amend, summarized
 from gpufleet.rma import BundleError, write_bundle
-from gpufleet.rules.escalation import escalate, limits_for
+from gpufleet.rules.escalation import Limits, escalate, limits_for
 from gpufleet.smoke.levels import NO_SMOKE
 
 
@@ -64,11 +65,15 @@ def add_node_check(sub: Any) -> None:
                    help="run the smoke test even where GPUs are busy")
     p.add_argument("--history", type=Path, metavar="DIR",
                    help="node-local run store: save each run there and escalate Xids over it "
-                        "(GF430-GF432: repeats, the reboot limit) before draining")
+                        "(GF430-GF434: repeats, the reboot limit, Xid 74 per NVLink) before "
+                        "draining")
     p.add_argument("--counters", type=Path, metavar="FILE",
                    help="node-local counter history: judge the RDMA and NVLink counter "
                         "deltas against this node's recent runs kept in FILE, then record this "
                         "run there")
+    p.add_argument("--history-keep-days", type=options.positive(float), metavar="D",
+                   help="with --history: drop saved runs older than D days after saving "
+                        "(at least the 7-day escalation window; default: keep every run)")
     p.set_defaults(run=cmd_node_check)
 
 
@@ -86,6 +91,10 @@ def add_ansible_report(sub: Any) -> None:
 
 def cmd_node_check(args: argparse.Namespace) -> int:
     check_dir(args.output)
+    keep = args.history_keep_days
+    if keep is not None and (args.history is None or keep < Limits().reboot_days):
+        raise UsageError(f"--history-keep-days needs --history and at least "
+                         f"{Limits().reboot_days:g} days (the reboot limit's window)")
     name = node_name(args.node)
     try:
         spec = node_spec(name, load_expectations(args.expect))
@@ -116,7 +125,12 @@ def cmd_node_check(args: argparse.Namespace) -> int:
     doc = document(report)
     if args.history is not None:
         try:
-            RunStore(args.history).save(doc)
+            store = RunStore(args.history)
+            store.save(doc)
+            if args.history_keep_days is not None:
+                cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(
+                    days=args.history_keep_days)
+                store.prune(cutoff.strftime("%Y-%m-%dT%H:%M:%SZ"))
         except StoreError as exc:
             raise UsageError(f"cannot save the run: {exc}") from exc
     Output(args.output).render(doc, args.format)

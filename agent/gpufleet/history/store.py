@@ -109,6 +109,25 @@ class RunStore:
             raise StoreError(str(exc)) from exc
         return doc
 
+    def prune(self, before: str) -> int:
+        """Drop the runs generated before `before` (an ISO time, compared as the index sorts):
+        a node-local store written every health-check interval would otherwise fill the disk.
+        Returns how many runs went."""
+        with self._locked():
+            runs = self.entries()
+            old = [r for r in runs if str(r["generated_at"]) < before]
+            if not old:
+                return 0
+            index = {"schema": STORE_SCHEMA_ID, "runs": [r for r in runs if r not in old]}
+            try:
+                write_atomic(self.root / INDEX, json.dumps(index, separators=(",", ":")) + "\n")
+                for r in old:  # after the index, so no entry names a removed file
+                    if (path := self._run_file(str(r["file"]))) is not None:
+                        path.unlink()
+            except OSError as exc:
+                raise StoreError(f"cannot prune {self.root}: {exc.strerror}") from exc
+        return len(old)
+
     def save(self, doc: Mapping[str, Any]) -> Path:
         """Write the run as gpufleet-<UTC time>.json and add it to the index."""
         stamp = re.sub(r"[^A-Za-z0-9._+-]", "", str(doc.get("generated_at") or "undated"))

@@ -47,6 +47,7 @@ FAMILIES: tuple[Family, ...] = (
     pci.PCI_GPUS,
     ib.IB_PORTS,
     kernels.KERNELS,
+    kernels.BOOT_ID,
     recovery.GPU_RECOVERY,
     ib.IB_LINKS,
     gdr.GDR,

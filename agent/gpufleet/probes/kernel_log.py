@@ -12,6 +12,16 @@ from gpufleet.probes.sections import Family, ProbeOutput
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<bus>[^)]*)\): (?P<xid>\d+),?\s*(?P<msg>.*)$")
 _BRACKET = re.compile(r"^\s*(\[\s*[\d.]+\])")
 _ISO = re.compile(r"^(\d{4}-\d\d-\d\dT\S+)")
+# Xid 74's text names the link: "NVLink: fatal error detected on link 14(0x0, 0x0, 0x10000, …)"
+# (NVIDIA's layout as NVSentinel documents it, docs/designs/019-workflow-nvlink-err.md "Message
+# Format"; the seven registers follow the link id without a space).
+_NVLINK = re.compile(r"\blink (\d{1,3})\s*\(")
+
+
+def nvlink_of(xid: int, message: str) -> int | None:
+    """The NVLink an Xid 74 message names, else None (other codes name no link this way)."""
+    match = _NVLINK.search(message) if xid == 74 else None
+    return int(match.group(1)) if match else None
 
 
 def normalize_bus_id(raw: str) -> str | None:
@@ -41,12 +51,14 @@ def parse_xid_lines(text: str) -> tuple[XidEvent, ...]:
             continue
         prefix = line[: match.start()]
         stamp = _BRACKET.match(prefix) or _ISO.match(prefix)
+        code, msg = int(match.group("xid")), match.group("msg").strip()
         events.append(XidEvent(
-            xid=int(match.group("xid")),
+            xid=code,
             timestamp=stamp.group(1) if stamp else None,
             bus_id=normalize_bus_id(match.group("bus")),
-            message=match.group("msg").strip(),
+            message=msg,
             this_boot=this_boot,
+            nvlink=nvlink_of(code, msg),
         ))
     return tuple(events)
 

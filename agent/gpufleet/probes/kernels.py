@@ -39,6 +39,28 @@ def parse_kernels(text: str) -> KernelsInfo | None:
     )
 
 
+# /proc/sys/kernel/random/boot_id: "a UUID generated once per boot" (the kernel's
+# Documentation/admin-guide/sysctl/kernel.rst, "random"; drivers/char/random.c proc_do_uuid
+# prints it as 36 lowercase hex-and-dash characters and a newline).
+_BOOT_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def parse_boot_id(text: str) -> str | None:
+    """The boot id, or None for anything but one UUID line (host output is untrusted)."""
+    line = text.strip()
+    return line if _BOOT_ID.fullmatch(line) else None
+
+
+def build_boot_id(out: ProbeOutput) -> dict[str, Any]:
+    text = out.ok("boot_id")
+    out.fail("boot_id", "boot_id", "cat /proc/sys/kernel/random/boot_id")
+    return {"boot_id": None if text is None else parse_boot_id(text)}
+
+
+BOOT_ID = Family("boot_id", sections=("boot_id",), errors=("boot_id",), fields=("boot_id",),
+                 build=build_boot_id)
+
+
 def build_kernels(out: ProbeOutput) -> dict[str, Any]:
     text = out.ok("kernels")
     return {"kernels": None if text is None else out.safe("kernels", None, parse_kernels, text)}

@@ -9,7 +9,8 @@
 # GPUFLEET_PROC_DRIVER_NVIDIA points /proc/driver/nvidia elsewhere, GPUFLEET_SYS_PCI_DEVICES
 # /sys/bus/pci/devices, GPUFLEET_SYS_CLASS_INFINIBAND /sys/class/infiniband, GPUFLEET_SYS_CLASS_NET
 # /sys/class/net, GPUFLEET_BOOT /boot, GPUFLEET_REBOOT_REQUIRED /var/run/reboot-required,
-# GPUFLEET_SYS_MODULE /sys/module and GPUFLEET_SYS_KERNEL_MM /sys/kernel/mm; only tests set them.
+# GPUFLEET_SYS_MODULE /sys/module, GPUFLEET_SYS_KERNEL_MM /sys/kernel/mm and
+# GPUFLEET_BOOT_ID /proc/sys/kernel/random/boot_id; only tests set them.
 
 LC_ALL=C
 export LC_ALL
@@ -34,6 +35,7 @@ reboot_flag=${GPUFLEET_REBOOT_REQUIRED:-/var/run/reboot-required}
 net=${GPUFLEET_SYS_CLASS_NET:-/sys/class/net}
 sysmod=${GPUFLEET_SYS_MODULE:-/sys/module}
 sysmm=${GPUFLEET_SYS_KERNEL_MM:-/sys/kernel/mm}
+boot_id=${GPUFLEET_BOOT_ID:-/proc/sys/kernel/random/boot_id}
 
 # Without mktemp: a new directory of our own (mkdir without -p fails on anything already there,
 # a planted symlink included), private from the start (umask), never one someone else made.
@@ -143,6 +145,8 @@ else
     section os_release cat /usr/lib/os-release
 fi
 section uname uname -r -m
+# A random UUID the kernel draws at every boot: runs with different ids are different boots.
+section boot_id cat "$boot_id"
 # Installed kernels (/boot/vmlinuz-RELEASE) and the distribution's reboot flag: `vmlinuz RELEASE`
 # lines, `boot=absent` when /boot is not a directory, `reboot-required` when the flag exists.
 {

@@ -6,15 +6,15 @@ Write it to a temp file and rename into the textfile directory so the scrape nev
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpufleet.model import SEVERITIES
+from gpufleet.model import SEVERITIES, LifecycleState
 from gpufleet.redact import number
 from gpufleet.report.common import versions
 
@@ -41,6 +41,12 @@ class _ReportCollector(Collector):
                                    labels=["host", "gpu"])
         info = InfoMetricFamily("gpufleet_versions", "versions the host runs",
                                 labels=["host"])
+        # A state set (one sample per state, 1 for the current one), so a query for
+        # state="rma" is 0, not absent, for a node in service.
+        life = GaugeMetricFamily("gpufleet_lifecycle_state",
+                                 "the node's Slurm break-fix state (1: the current one)",
+                                 labels=["host", "state"])
+        lifecycle = _lifecycle(doc["findings"])
         for name in hosts:
             h = doc["hosts"][name]
             up.add_metric([name, h["status"]], 1.0 if h["status"] == "ok" else 0.0)
@@ -64,13 +70,28 @@ class _ReportCollector(Collector):
                         tflops.add_metric([name, str(gpu)], value)
             if facts is not None:
                 info.add_metric([name], {k: v or "" for k, v in versions(h).items()})
-        yield from (up, gpus, findings, rules, smoke, busbw, tflops, info)
+            if (now := lifecycle.get(name)) is not None:
+                for state in get_args(LifecycleState):
+                    life.add_metric([name, state], 1.0 if state == now else 0.0)
+        yield from (up, gpus, findings, rules, smoke, busbw, tflops, info, life)
         generated = doc.get("generated_at")
         if generated:
             ts = GaugeMetricFamily("gpufleet_report_timestamp_seconds",
                                    "when the report was generated (Unix time)")
             ts.add_metric([], datetime.fromisoformat(generated.replace("Z", "+00:00")).timestamp())
             yield ts
+
+
+def _lifecycle(findings: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Each host's lifecycle state after this run: the `lifecycle.to` of the Slurm step findings
+    (GF90x, engines/slurm/drain.py plan_evidence); hosts without one are not Slurm nodes here."""
+    out: dict[str, str] = {}
+    for f in findings:
+        step = (f.get("evidence") or {}).get("lifecycle")
+        if isinstance(step, Mapping) and step.get("to") in get_args(LifecycleState):
+            for host in f["hosts"]:
+                out[host] = str(step["to"])
+    return out
 
 
 def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> str:

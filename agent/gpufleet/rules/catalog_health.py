@@ -185,7 +185,8 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                               "draining; reboot: reboot the node)"}),
     RuleInfo("GF421", "error", "a GPU on the PCI bus is not enumerated by the driver",
              "drain {host}; the GPU at {bus} fell off the bus or failed to initialise: reboot "
-             "(`ansible {host} -b -m ansible.builtin.reboot`), then reseat or RMA it if it stays "
+             "(`ansible-playbook playbooks/remediate_reboot.yml -l {host}`), then reseat or RMA it "
+             "if it stays "
              "missing",
              meaning="sysfs lists more NVIDIA display/3D controllers (`pci_gpus`) than "
                      "`nvidia-smi` enumerates: the node lost a GPU, told from its own evidence "
@@ -210,8 +211,33 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
              "stop rebooting {host}: drain it, collect `nvidia-bug-report.sh` and send the GPU "
              "at {bus} for inspection/RMA",
              meaning="Over this run and the saved runs: a GPU logged Xids whose catalog action "
-                     "is a reboot more than 2 times within 7 days (each distinct event is one "
-                     "time it asked; gpud's DefaultRebootThreshold = 2: HARDWARE_INSPECTION)."),
+                     "is a reboot in more than 2 boots within 7 days (gpud's "
+                     "DefaultRebootThreshold = 2: HARDWARE_INSPECTION). A boot is a distinct "
+                     "`boot_id` of the runs whose dmesg logged it, however many such Xids one "
+                     "boot logged; an event of unknown boot (journald) counts once on its own."),
+    RuleInfo("GF433", "error", "Xid 74 again and again on the same NVLink",
+             "drain {host}: NVLink {link} of the GPU at {bus} keeps failing. Reseat what that "
+             "link runs through (baseboard connector or bridge), collect the bug report "
+             "(`ansible-playbook playbooks/collect_bug_report.yml -l {host}`, then `gpufleet "
+             "rma-bundle {host}`) and open an RMA case for the GPU or baseboard",
+             meaning="Over this run and the saved runs: Xid 74 (NVLink error) naming the same "
+                     "link (`link N(` in the message, fact `xid_events[].nvlink`) at least 3 "
+                     "times within 24 h. NVIDIA's Xid catalog, WORKFLOW_NVLINK_ERR: the "
+                     "ECC/parity bits \"if seen more than 2 times on the same link, report a "
+                     "bug\". Such Xid 74s are counted here, not by GF430. The node is held "
+                     "for RMA (GF906).",
+             doc_fill={"link": "K"}),
+    RuleInfo("GF434", "warning", "Xid 74 spread over several NVLinks of one GPU",
+             "the links of the GPU at {bus} on {host} share the fault: reset that GPU "
+             "(`ansible-playbook playbooks/remediate_gpu_reset.yml -l {host} -e "
+             "remediate_gpu=GPU`); if Xid 74 comes back over several links, reboot "
+             "(`ansible-playbook playbooks/remediate_reboot.yml -l {host}`) and check the "
+             "fabric manager's log on an NVSwitch baseboard",
+             meaning="Over this run and the saved runs: at least 3 Xid 74 on one GPU within 24 "
+                     "h, over two or more links, none of them at GF433's limit. No one link "
+                     "fails; what the links share does (the GPU's NVLink logic; on an NVSwitch "
+                     "baseboard the switches and the fabric manager). Per-link repeats are "
+                     "NVIDIA's (WORKFLOW_NVLINK_ERR); this reading of a spread is gpufleet's."),
     # GF45x: the RDMA fabric (GF450-GF452 rules/fabric.py; GF455-GF459 rules/fabric_delta.py,
     # with the thresholds and their sources)
     RuleInfo("GF450", "error", "RDMA port down",

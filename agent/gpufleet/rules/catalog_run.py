@@ -335,13 +335,14 @@ RUN_RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF906", "warning", "node held for RMA",
              "replace or repair the GPU named in the reason of {host}, then resume it yourself: "
              "`scontrol update NodeName={host} State=RESUME`",
-             meaning="The node's drain reason is `gpufleet: RMA GF43x …` (GF430 or GF432 drained "
-                     "it): the hardware keeps failing, and gpufleet never resumes such a node, "
+             meaning="The node's drain reason is `gpufleet: RMA GF43x …` (GF430, GF432 or GF433 "
+                     "drained it): the hardware keeps failing, and gpufleet never resumes such a "
+                     "node, "
                      "even when a later check looks healthy."),
     RuleInfo("GF907", "info", "node's lifecycle step: drain reason updated",
              "nothing to do on {host}: the evidence `lifecycle` says the step (re-test failed "
              "after a remediation: drained again; or on to RMA)",
              meaning="A node gpufleet drained changed lifecycle state: the re-test after a "
                      "remediation (`gpufleet: re-validating …`) found it still faulty, or an "
-                     "escalation (GF430/GF432) sends it to RMA; the reason is rewritten."),
+                     "escalation (GF430/GF432/GF433) sends it to RMA; the reason is rewritten."),
 )

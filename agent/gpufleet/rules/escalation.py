@@ -1,4 +1,4 @@
-"""GF430-GF432: Xids that escalate over time, counted per GPU over this run and the saved runs
+"""GF430-GF434: Xids that escalate over time, counted per GPU over this run and the saved runs
 (`--save DIR`, the run store), so the tenth Xid of a week no longer reads like the first.
 
 An event is counted once however many saved runs show it (the same kernel log line reappears in
@@ -13,7 +13,12 @@ The default limits are published practice (docs/xid.md, "Escalation"):
 - Xid 13 on one GPC/TPC and Xid 31 on one GPU, 2 within 24 h -> run the diagnostic (same file,
   RepeatedXID13OnSameGPCAndTPC / RepeatedXID31OnSameGPU);
 - reboot limit: gpud's DefaultRebootThreshold = 2, an Xid that still asks for a reboot after two
-  reboots becomes HARDWARE_INSPECTION (leptonai/gpud components/accelerator/nvidia/xid).
+  reboots becomes HARDWARE_INSPECTION (leptonai/gpud components/accelerator/nvidia/xid);
+- Xid 74 per NVLink: NVIDIA's catalog, WORKFLOW_NVLINK_ERR: the ECC/parity register bits "if seen
+  more than 2 times on the same link, report a bug" (3 on one link in 24 h, the window NVSentinel's
+  design for the workflow queries, NVIDIA/NVSentinel docs/designs/019-workflow-nvlink-err.md). Xid
+  74 on several links of one GPU with none repeating is not a link: what the links share (the
+  GPU's NVLink logic; on a baseboard the NVSwitches and the fabric manager) is the suspect.
 """
 
 from __future__ import annotations
@@ -27,13 +32,15 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from gpufleet.model import Expectations, Finding, HostSpec
+from gpufleet.probes.kernel_log import nvlink_of
 from gpufleet.rules import xid as xids
 from gpufleet.rules.base import finding
 
-RULES: tuple[str, ...] = ("GF430", "GF431", "GF432")
+RULES: tuple[str, ...] = ("GF430", "GF431", "GF432", "GF433", "GF434")
 # The hardware, not something another reset or reboot fixes: a node gpufleet drains for one of
 # these is held for RMA (engines/slurm/lifecycle.py) and never resumed by gpufleet.
-RMA_RULES: frozenset[str] = frozenset({"GF430", "GF432"})
+RMA_RULES: frozenset[str] = frozenset({"GF430", "GF432", "GF433"})
+NVLINK_XID = 74
 
 _GPC_TPC = re.compile(r"\(GPC (\d+), TPC (\d+)")
 
@@ -49,6 +56,8 @@ class Limits:
     xid13_31_hours: float = 24.0
     reboot_limit: int = 2  # reboots that may not fix it before the GPU goes to inspection/RMA
     reboot_days: float = 7.0
+    xid74_link_count: int = 3  # "more than 2 times on the same link"
+    xid74_hours: float = 24.0
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,10 @@ class _Seen:
     bus: str
     message: str
     when: datetime
+    nvlink: int | None = None
+    # The boot that logged it: the run's boot_id when the event came from that boot's own ring
+    # buffer (dmesg); None when unknown (journald spans boots, or a run saved before the fact).
+    boot: str | None = None
 
 
 def _when(stamp: str | None, run_time: datetime) -> datetime:
@@ -78,14 +91,20 @@ def events(docs: Iterable[Mapping[str, Any]]) -> list[_Seen]:
     for doc in sorted(docs, key=lambda d: str(d.get("generated_at") or "")):
         at = _run_time(doc)
         for host, h in (doc.get("hosts") or {}).items():
-            for ev in ((h.get("facts") or {}).get("xid_events") or []):
+            facts = h.get("facts") or {}
+            boot = facts.get("boot_id") if isinstance(facts.get("boot_id"), str) else None
+            for ev in (facts.get("xid_events") or []):
                 try:
                     code, bus = int(ev["xid"]), str(ev.get("bus_id") or "?")
                 except (KeyError, TypeError, ValueError):
                     continue  # a saved file is input too
                 msg, stamp = str(ev.get("message") or ""), str(ev.get("timestamp") or "")
-                seen.setdefault((host, code, bus, stamp, msg),
-                                _Seen(host, code, bus, msg, _when(stamp, at)))
+                # Saved before the fact existed: the link is in the message all the same.
+                link = ev.get("nvlink")
+                link = link if isinstance(link, int) else nvlink_of(code, msg)
+                seen.setdefault((host, code, bus, stamp, msg), _Seen(
+                    host, code, bus, msg, _when(stamp, at), link,
+                    boot if ev.get("this_boot") is True else None))
     return list(seen.values())
 
 
@@ -101,13 +120,14 @@ def limits_for(expect: Expectations | None) -> Limits:
     return dataclasses.replace(
         base, repeat_count=expect.xid_repeat_limit or base.repeat_count,
         xid13_31_count=expect.xid13_31_limit or base.xid13_31_count,
+        xid74_link_count=expect.xid74_link_limit or base.xid74_link_count,
         reboot_limit=base.reboot_limit if expect.xid_reboot_limit is None
         else expect.xid_reboot_limit)
 
 
 def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
              limits: Limits | Callable[[str], Limits] = Limits()) -> list[Finding]:
-    """GF430-GF432 for the hosts of `current` (a report document) over it and `prior` runs;
+    """GF430-GF434 for the hosts of `current` (a report document) over it and `prior` runs;
     `limits` one for all hosts or per host name."""
     per_host = limits if callable(limits) else (lambda _host: limits)
     now = _run_time(current)
@@ -122,6 +142,7 @@ def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
         out += _repeats(host, bus, evs, lim, now)
         out += _gpc(host, bus, evs, lim, now)
         out += _reboots(host, bus, evs, lim, now)
+        out += _nvlinks(host, bus, evs, lim, now)
     return out
 
 
@@ -136,8 +157,10 @@ def _repeats(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
     for code in sorted({e.xid for e in evs}):
         if xids.verdict(code).need in ("none", "app"):
             continue  # the application's Xids: GF431 counts 13 and 31 its own way
-        hits = sorted(_within([e for e in evs if e.xid == code], lim.repeat_hours, now),
-                      key=lambda e: e.when)
+        # An Xid 74 that names its link is counted per link (GF433/GF434): five over five links
+        # is not five times the same fault.
+        hits = sorted(_within([e for e in evs if e.xid == code and e.nvlink is None],
+                              lim.repeat_hours, now), key=lambda e: e.when)
         if len(hits) >= lim.repeat_count:
             out.append(finding(
                 "GF430", [host],
@@ -176,19 +199,64 @@ def _gpc(host: str, bus: str, evs: Sequence[_Seen], lim: Limits, now: datetime) 
 
 def _reboots(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
              now: datetime) -> list[Finding]:
-    """Each distinct reboot-class Xid is one time the GPU asked for a reboot; past the limit the
-    reboots did not help (the events of one boot repeat with new stamps after the next)."""
-    asks = sorted((e for e in _within(evs, lim.reboot_days * 24, now)
-                   if xids.verdict(e.xid).need == "reboot"), key=lambda e: e.when)
+    """A GPU asks for a reboot once per boot, however many reboot-class Xids that boot logged:
+    the asks are the distinct boot ids (fact `boot_id`) of the runs that saw one. Past the limit
+    the reboots did not help. An event whose boot is unknown (journald spans boots; a run saved
+    before the fact) counts as one ask of its own, as each distinct event did before."""
+    asks: dict[object, list[_Seen]] = defaultdict(list)
+    for e in _within(evs, lim.reboot_days * 24, now):
+        if xids.verdict(e.xid).need == "reboot":
+            asks[("boot", e.boot) if e.boot else ("event", e)].append(e)
     if len(asks) <= lim.reboot_limit:
         return []
+    first = sorted((min(v, key=lambda e: e.when) for v in asks.values()), key=lambda e: e.when)
+    boots = sorted({e.boot for e in first if e.boot})
     return [finding(
         "GF432", [host],
-        f"{host}: the GPU at {bus} asked for a reboot {len(asks)} times within "
-        f"{lim.reboot_days:g} days (Xid {', '.join(sorted({str(e.xid) for e in asks}))}); "
+        f"{host}: the GPU at {bus} asked for a reboot in {len(asks)} boots within "
+        f"{lim.reboot_days:g} days (Xid {', '.join(sorted({str(e.xid) for e in first}))}); "
         f"after {lim.reboot_limit} reboots it is the hardware",
-        _evidence(host, bus, asks, limit=lim.reboot_limit, window_days=lim.reboot_days,
+        _evidence(host, bus, first, limit=lim.reboot_limit, window_days=lim.reboot_days,
+                  boot_ids=boots, boots_unknown=len(first) - len(boots),
+                  counted_by="boot id" if len(boots) == len(first) else
+                  "boot id, else each distinct event (boot unknown)",
                   source="leptonai/gpud DefaultRebootThreshold = 2 (HARDWARE_INSPECTION)"),
+        bus=bus)]
+
+
+def _nvlinks(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
+             now: datetime) -> list[Finding]:
+    """GF433 per link that repeats Xid 74; else GF434 when the GPU's Xid 74s reach the same count
+    over several links (the cause is what they share)."""
+    per_link: dict[int, list[_Seen]] = defaultdict(list)
+    for e in _within(evs, lim.xid74_hours, now):
+        if e.xid == NVLINK_XID and e.nvlink is not None:
+            per_link[e.nvlink].append(e)
+    common = dict(xid=NVLINK_XID, limit=lim.xid74_link_count, window_hours=lim.xid74_hours,
+                  links={str(k): len(v) for k, v in sorted(per_link.items())})
+    out = []
+    for link, hits in sorted(per_link.items()):
+        if len(hits) >= lim.xid74_link_count:
+            hits.sort(key=lambda e: e.when)
+            out.append(finding(
+                "GF433", [host],
+                f"{host}: Xid 74 on {bus} NVLink {link} {len(hits)} times within "
+                f"{lim.xid74_hours:g} h (limit {lim.xid74_link_count}): that link is the hardware",
+                _evidence(host, bus, hits, nvlink=link, **common,
+                          source="NVIDIA Xid catalog WORKFLOW_NVLINK_ERR (\"more than 2 times on "
+                                 "the same link, report a bug\")"),
+                bus=bus, link=link))
+    every = sorted((e for v in per_link.values() for e in v), key=lambda e: e.when)
+    if out or len(per_link) < 2 or len(every) < lim.xid74_link_count:
+        return out
+    return [finding(
+        "GF434", [host],
+        f"{host}: Xid 74 on {bus} over {len(per_link)} NVLinks "
+        f"({', '.join(map(str, sorted(per_link)))}) within {lim.xid74_hours:g} h, none repeating: "
+        "not one link but what they share",
+        _evidence(host, bus, every, **common,
+                  source="NVIDIA Xid catalog WORKFLOW_NVLINK_ERR (per-link repeats); "
+                         "spread over links: gpufleet's reading"),
         bus=bus)]
 
 

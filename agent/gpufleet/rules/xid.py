@@ -73,7 +73,8 @@ NEED_FIX: Mapping[Need, str] = {
     "reset": "drain the node and reset the GPU: `ansible-playbook "
              "playbooks/remediate_gpu_reset.yml -l NODE -e remediate_gpu=GPU` (checks it is "
              "idle, then `nvidia-smi -r -i GPU`)",
-    "reboot": "drain the node and reboot it (`ansible NODE -b -m ansible.builtin.reboot`)",
+    "reboot": "drain the node and reboot it: `ansible-playbook playbooks/remediate_reboot.yml "
+              "-l NODE` (checks no GPU process runs, then proves every GPU came back)",
     "inspect": "drain the node and inspect it; collect `nvidia-bug-report.sh` for NVIDIA",
     "unknown": "look the code up in NVIDIA's Xid catalog",
 }

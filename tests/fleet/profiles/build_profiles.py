@@ -58,7 +58,8 @@ REPLAY = r"""#!/bin/sh
 # RC "hang" sleeps until killed; RC "real" runs the host's own TOOL instead.
 # RC "reset" answers like a GPU reset and records it: from then on lines with RC "ifreset:N"
 # apply (the host's answers after the reset), skipped before. The record lives in the host's
-# own /proc/driver tmpfs (one per simulated host, new on every profile switch).
+# own /proc/driver tmpfs (one per simulated host, new on every profile switch). Likewise
+# "ifreboot:N" lines apply once bin/gpufleet-sim-reboot (a profile with reboot = "heals") ran.
 data=$(cd "$(dirname "$0")" && pwd)
 state=${GPUFLEET_SIM_STATE:-/proc/driver/gpufleet-sim}
 tool=$1
@@ -93,6 +94,10 @@ if [ -r "$data/$tool.index" ]; then
                 [ -e "$state/reset" ] || continue
                 rc=${rc#ifreset:}
                 ;;
+            ifreboot:*)
+                [ -e "$state/reboot" ] || continue
+                rc=${rc#ifreboot:}
+                ;;
         esac
         # shellcheck disable=SC2254  # the pattern is meant to glob
         case $args in
@@ -123,6 +128,51 @@ echo "$tool (simulated): these arguments are not simulated: $args" >&2
 exit 2
 """
 
+# nvidia-bug-report.sh as the driver ships it, reduced to what the collect playbook relies on
+# (NVIDIA's script from the 390.48 driver package, redistributed in
+# sakjain92/Fractional-GPUs@72c86c113d29d41a31371325ab50f119dfd219df:driver/NVIDIA-Linux-x86_64-390.48/nvidia-bug-report.sh):
+# `--output-file BASE` writes BASE.gz (gzip when present, ".gz" appended), `--safe-mode` and
+# `--extra-system-data` are accepted, any other argument prints the usage and exits 1, a non-root
+# caller gets "ERROR: Please run nvidia-bug-report.sh as root." and exit 1, and the log starts
+# "Start of NVIDIA bug report log file." with sections separated by a line of underscores and
+# "*** FILE" / command headers. The sections here are the profile's own nvidia-smi -q, the NVIDIA
+# module version and kernel messages (the real script appends far more).
+BUG_REPORT = r"""#!/bin/sh
+here=$(dirname "$0")
+base=nvidia-bug-report.log
+while [ $# -gt 0 ]; do
+    case $1 in
+        -o | --output-file) [ -n "$2" ] || { echo "usage: nvidia-bug-report.sh [--output-file FILE]"; exit 1; }
+            base=$2; shift ;;
+        --safe-mode | --extra-system-data) ;;
+        *) echo "usage: nvidia-bug-report.sh [--output-file FILE] [--safe-mode]"; exit 1 ;;
+    esac
+    shift
+done
+if [ "$(id -u)" -ne 0 ]; then
+    echo "ERROR: Please run nvidia-bug-report.sh as root."
+    exit 1
+fi
+log=$base.gz
+echo "nvidia-bug-report.sh will now collect information about your system and create the file '$log' in the current directory."
+sep=____________________________________________
+{
+    echo "$sep"; echo
+    echo "Start of NVIDIA bug report log file.  Please include this file, along"
+    echo "with a detailed description of your problem, when reporting a graphics"
+    echo "driver bug."; echo
+    echo "nvidia-bug-report.sh Version: simulated (gpufleet test profile)"; echo
+    echo "Date: $(date)"; echo "uname: $(uname -a)"; echo
+    echo "$sep"; echo; echo "*** /proc/driver/nvidia/version"
+    cat /proc/driver/nvidia/version 2>&1; echo
+    echo "$sep"; echo; echo "$here/nvidia-smi -q"; echo
+    "$here/nvidia-smi" -q 2>&1; echo
+    echo "$sep"; echo; echo "Scanning kernel log files for NVIDIA kernel messages:"
+    dmesg 2>/dev/null | grep -e NVRM -e nvidia-; echo
+} | gzip -c >"$log" || exit 1
+echo "complete."
+"""
+
 WRAPPER = """#!/bin/sh
 exec "$(dirname "$0")/.data/replay" {tool} "$@"
 """
@@ -141,6 +191,7 @@ class Profile:
     boot: list[str] = field(default_factory=list)  # kernels in /boot beside the running one
     # NVIDIA 3D controllers on the simulated PCI bus (sysfs), by address; () = no sysfs tree
     pci: tuple[str, ...] = ()
+    sim_reboot: bool = False  # bin/gpufleet-sim-reboot (overlay reboot = "heals")
 
     def tool(self, tool: str, *lines: str) -> None:
         self.index[tool] = list(lines)
@@ -477,7 +528,34 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
     p.files.setdefault("nvlink-e.txt", nvlink_errors_text(p.files.get("nvlink-s.txt", "")))
     if data.get("reset") == "heals":
         p = heal_on_reset(p, start)
+    if data.get("reboot") == "heals":
+        p = heal_on_reboot(p, start)
     return p
+
+
+# The one point a test replaces a reboot (playbooks/remediate_reboot.yml's
+# remediate_reboot_command): what a reboot changes that the checks read. The driver starts anew
+# (nvidia-smi answers as `healthy` from then on, "ifreboot:" lines) and the kernel draws a new
+# boot id (read by remediate_boot_id_command); the host itself keeps running. Named so it can
+# never shadow a real tool.
+SIM_REBOOT = r"""#!/bin/sh
+state=${GPUFLEET_SIM_STATE:-/proc/driver/gpufleet-sim}
+mkdir -p "$state" && : >"$state/reboot" && cat /proc/sys/kernel/random/uuid >"$state/boot_id"
+"""
+
+
+def heal_on_reboot(p: Profile, healthy: Profile) -> Profile:
+    """After bin/gpufleet-sim-reboot, nvidia-smi answers as `healthy` (the base)."""
+    files, index = dict(p.files), {k: list(v) for k, v in p.index.items()}
+    healed = []
+    for line in healthy.index["nvidia-smi"]:
+        rc, out, err, pattern = [*line.split(" ", 3), ""][:4]
+        if out != "-":
+            files[f"rebooted-{out}"] = healthy.files.get(out, p.files[out])
+            out = f"rebooted-{out}"
+        healed.append(f"ifreboot:{rc} {out} {err} {pattern}")
+    index["nvidia-smi"] = healed + index["nvidia-smi"]
+    return replace(p, files=files, index=index, sim_reboot=True)
 
 
 def heal_on_reset(p: Profile, healthy: Profile) -> Profile:
@@ -534,6 +612,10 @@ def write(p: Profile, root: Path) -> None:
     (data / "replay").write_text(REPLAY)
     (data / "replay").chmod(0o755)
     (base / "ABOUT").write_text(p.about + "\n")
+    # One boot per profile: the kernel draws a random UUID per boot (drivers/char/random.c);
+    # here a fixed one per name (inference: any UUID is as real as another), read through
+    # GPUFLEET_BOOT_ID so the goldens never hold this machine's boot.
+    (base / "boot_id").write_text(f"{uuid.uuid5(uuid.NAMESPACE_URL, 'gpufleet:' + p.name)}\n")
     for name, text in sorted(p.files.items()):
         (data / name).write_text(text)
     for tool, lines in sorted(p.index.items()):
@@ -541,6 +623,12 @@ def write(p: Profile, root: Path) -> None:
         wrapper = base / "bin" / tool
         wrapper.write_text(WRAPPER.format(tool=tool))
         wrapper.chmod(0o755)
+    if p.sim_reboot:
+        (base / "bin" / "gpufleet-sim-reboot").write_text(SIM_REBOOT)
+        (base / "bin" / "gpufleet-sim-reboot").chmod(0o755)
+    if "nvidia-smi" in p.index:  # the driver package ships the bug report script beside it
+        (base / "bin" / "nvidia-bug-report.sh").write_text(BUG_REPORT)
+        (base / "bin" / "nvidia-bug-report.sh").chmod(0o755)
     if p.links:
         (data / "lib").mkdir()
         for link, target in sorted(p.links.items()):

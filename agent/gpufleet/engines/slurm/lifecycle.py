@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from typing import Literal
 
+from gpufleet.model import LifecycleState
 from gpufleet.rules import escalation
 
-State = Literal["in service", "suspect", "drained", "remediating", "re-validating", "rma",
-                "drained by someone else"]
+State = LifecycleState
 
 PREFIX = "gpufleet:"
 RMA = "gpufleet: RMA "
