@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from fleetlib import Fleet, make_fleet
 
+from paths import COLLECTION
+
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,7 +32,7 @@ def _play(fleet: Fleet, host: str, *extra: str) -> subprocess.CompletedProcess[s
     bin_dir = Path(fleet.env["PATH"].split(":")[0])
     return subprocess.run(
         [str(bin_dir / "ansible-playbook"), "-i", str(fleet.inventory), "-l", host,
-         str(REPO / "playbooks/remediate_gpu_reset.yml"), *extra],
+         str(COLLECTION / "playbooks/remediate_gpu_reset.yml"), *extra],
         cwd=REPO, env=fleet.env, capture_output=True, text=True, timeout=180, check=False)
 
 
