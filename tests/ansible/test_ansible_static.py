@@ -127,6 +127,8 @@ def test_built_collection_installs_and_runs_by_fqcn(tmp_path: Path) -> None:
         ("module", "gpufleet.gpu.gpu_facts", "Seconds for the probe"),
         ("module", "gpufleet.gpu.apt_source_present", "Repository URI"),
         ("callback", "gpufleet.gpu.gpufleet_report", "GPUFLEET_REPORT_FORMAT"),
+        ("filter", "gpufleet.gpu.pytorch_workspace_plan", "docker create"),
+        ("filter", "gpufleet.gpu.pytorch_workspace_actions", "NAME|WORKSPACE|CONFIG|STATE"),
     ):
         doc = subprocess.run(
             [str(VENV_BIN / "ansible-doc"), "-t", kind, name],
