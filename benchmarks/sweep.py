@@ -175,8 +175,8 @@ def main() -> int:
                 for f in (work / "openssh").iterdir():
                     f.unlink()
                 stdout = work / f"{tool}.out"
-                # The module path resolves gpufleet.gpu.* from this checkout (collections/).
-                env = ({"ANSIBLE_COLLECTIONS_PATH": str(REPO / "collections")}
+                # The module path resolves gpufleet.gpu.* from this checkout (docs/layout.md).
+                env = ({"ANSIBLE_COLLECTIONS_PATH": str(REPO)}
                        if tool == "ansible-module" else None)
                 run = {"tool": tool, "rep": rep, **_measure(commands[tool], fleet, stdout,
                                                             args.timeout, env)}  # fmt: skip

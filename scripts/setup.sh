@@ -26,6 +26,7 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get -o DPkg::Lock::Timeout=900 update -qq
   apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
+# python3-venv also gives ansible-test sanity (scripts/sanity.sh) ensurepip in its tool environments.
 PY=${GPUFLEET_PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv

@@ -14,6 +14,7 @@ import pytest
 import roletarget as tg
 
 from harness.plays import PlayResult, run_play
+from paths import COLLECTION
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -67,7 +68,7 @@ class RoleLab:
     ) -> PlayResult:
         path = Path(playbook)
         if not path.is_absolute():
-            path = REPO / path
+            path = COLLECTION / path
         return run_playbook(path, self.inventory, self.logdir, name, *args, extra_vars=extra_vars)
 
     def converge_vars(self) -> dict[str, object]:

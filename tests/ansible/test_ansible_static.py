@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, VENV_BIN, ansible_env, run_playbook
+from paths import COLLECTION
 
 pytestmark = [pytest.mark.ansible]
 
@@ -38,7 +39,7 @@ def test_playbook_syntax(playbook: str) -> None:
             "--syntax-check",
             "-i",
             "inventory.example/hosts.yml",
-            playbook,
+            str(COLLECTION / playbook),
         ],
         cwd=REPO,
         env=ansible_env(),
@@ -74,7 +75,7 @@ def test_built_collection_installs_and_runs_by_fqcn(tmp_path: Path) -> None:
             str(VENV_BIN / "ansible-galaxy"),
             "collection",
             "build",
-            str(REPO),
+            str(COLLECTION),
             "--output-path",
             str(tmp_path),
         ],
@@ -95,7 +96,11 @@ def test_built_collection_installs_and_runs_by_fqcn(tmp_path: Path) -> None:
         "playbooks/site.yml",
     ):
         assert must in names, f"{must} missing from the artifact"
-    assert not [n for n in names if n.startswith(("agent/", "tests/", "collections/", ".venv/"))]
+    # The collection directory holds nothing else (the agent and its tests live outside it).
+    tops = {n.split("/")[0] for n in names} | {"/".join(n.split("/")[:2]) for n in names
+                                             if n.startswith("tests/")}
+    assert tops <= {"MANIFEST.json", "FILES.json", "README.md", "CHANGELOG.md", "meta", "roles",
+                    "playbooks", "plugins", "tests", "tests/sanity"}, sorted(tops)
 
     collections = tmp_path / "collections"
     install = subprocess.run(
@@ -116,17 +121,25 @@ def test_built_collection_installs_and_runs_by_fqcn(tmp_path: Path) -> None:
     assert install.returncode == 0, install.stdout + install.stderr
     env["ANSIBLE_COLLECTIONS_PATH"] = str(collections)
 
-    doc = subprocess.run(
-        [str(VENV_BIN / "ansible-doc"), "-t", "role", "gpufleet.gpu.nvidia_driver"],
-        cwd=tmp_path,
-        env=env,
-        text=True,
-        capture_output=True,
-        timeout=120,
-    )
-    assert doc.returncode == 0 and "nvidia_driver_kernel_modules" in doc.stdout, (
-        doc.stdout + doc.stderr
-    )
+    # Each plugin's documentation renders from the installed artifact (what Galaxy shows).
+    for kind, name, must in (
+        ("role", "gpufleet.gpu.nvidia_driver", "nvidia_driver_kernel_modules"),
+        ("module", "gpufleet.gpu.gpu_facts", "Seconds for the probe"),
+        ("module", "gpufleet.gpu.apt_source_present", "Repository URI"),
+        ("callback", "gpufleet.gpu.gpufleet_report", "GPUFLEET_REPORT_FORMAT"),
+        ("filter", "gpufleet.gpu.pytorch_workspace_plan", "docker create"),
+        ("filter", "gpufleet.gpu.pytorch_workspace_actions", "NAME|WORKSPACE|CONFIG|STATE"),
+    ):
+        doc = subprocess.run(
+            [str(VENV_BIN / "ansible-doc"), "-t", kind, name],
+            cwd=tmp_path,
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=120,
+        )
+        assert doc.returncode == 0 and must in doc.stdout, (name, doc.stdout + doc.stderr)
+        assert str(COLLECTION) not in doc.stdout, f"{name} documented from the checkout"
 
     play = tmp_path / "fqcn.yml"
     play.write_text(FQCN_PLAY)

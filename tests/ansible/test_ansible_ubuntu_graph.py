@@ -28,6 +28,7 @@ import yaml
 
 from conftest import PlayResult, _write_inventory, run_playbook
 from harness.processes import stop_pid
+from paths import COLLECTION
 
 pytestmark = [pytest.mark.ansible, pytest.mark.slow]
 
@@ -50,7 +51,7 @@ class GraphLab:
 
     def play(self, playbook: str, name: str, *args: str, **extra: object) -> PlayResult:
         return run_playbook(
-            Path(__file__).resolve().parents[2] / playbook,
+            COLLECTION / playbook,
             self.inventory,
             self.logdir,
             name,
@@ -333,7 +334,7 @@ def test_compute_only_is_the_default_and_installs_no_desktop_stack(
     (graph_lab.target.root / "var/lib/gpufleet/nvidia-driver-held").unlink(missing_ok=True)
     extra = {k: v for k, v in graph_lab.vars().items() if k != "nvidia_driver_package_set"}
     extra |= {"nvidia_driver_version": C, "nvidia_driver_branch": "590"}
-    res = run_playbook(Path(__file__).resolve().parents[2] / SITE, graph_lab.inventory,
+    res = run_playbook(COLLECTION / SITE, graph_lab.inventory,
                        graph_lab.logdir, "compute-590", "--tags", "nvidia_driver", extra_vars=extra)
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     have = graph_lab.dpkg()

@@ -26,6 +26,7 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the shared 
 import roletarget as tg
 
 from harness.plays import PlayResult, run_play
+from paths import COLLECTION
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -71,7 +72,7 @@ class ImageTarget:
                    f"ansible_python_interpreter={sys.executable}"]  # fmt: skip
         else:
             inv = ["-i", str(self.inventory), "-l", HOSTS[0]]
-        argv = [str(VENV_BIN / "ansible-playbook"), *inv, str(REPO / playbook), *args]
+        argv = [str(VENV_BIN / "ansible-playbook"), *inv, str(COLLECTION / playbook), *args]
         return run_play(argv, logdir=self.logdir, name=name, default_host=HOSTS[0], cwd=REPO,
                         env=env, timeout=900, extra_vars=extra_vars)
 

@@ -33,6 +33,7 @@ from dockerlib import DockerLab
 from imagetarget import REPO, VENV_BIN
 
 from harness.plays import PlayResult, run_play
+from paths import COLLECTION
 
 HOST = "ws-host"
 BIND = "127.0.0.1"
@@ -96,7 +97,7 @@ class WorkspaceWorld:
         """site.yml --tags pytorch_workspace on this machine with these workspaces."""
         self.plays += 1
         argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory),
-                str(REPO / "playbooks/site.yml"), "--tags", "pytorch_workspace",
+                str(COLLECTION / "playbooks/site.yml"), "--tags", "pytorch_workspace",
                 *(["-" + "v" * verbose] if verbose else [])]
         return run_play(argv, logdir=self.workdir, name=f"{self.plays:02d}-{name}",
                         default_host=HOST, cwd=REPO, env=self.env(), timeout=600,
@@ -111,7 +112,7 @@ class WorkspaceWorld:
         pdd.mkdir()
         ansible_runner.run(
             private_data_dir=str(pdd), project_dir=str(REPO), ident=name,
-            playbook=str(REPO / "playbooks/site.yml"), inventory=str(self.inventory),
+            playbook=str(COLLECTION / "playbooks/site.yml"), inventory=str(self.inventory),
             cmdline="--tags pytorch_workspace", verbosity=3, quiet=True,
             envvars=self.env(), extravars={"pytorch_workspaces": workspaces, **extra})
         events = sorted((pdd / "artifacts" / name / "job_events").glob("*.json"))

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from fleetlib import Fleet, make_fleet
 
+from paths import COLLECTION
+
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +70,7 @@ def test_module_facts_equal_gpufleet_facts(afleet: Fleet, tree: Path) -> None:
 def test_playbook_run_renders_the_same_findings_as_check(afleet: Fleet, tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     play = _ansible(afleet, "ansible-playbook", "-i", str(afleet.inventory), "-f", "8",
-                    str(REPO / "playbooks/verify_fanout.yml"),
+                    str(COLLECTION / "playbooks/verify_fanout.yml"),
                     "-e", '{"gpufleet_report_args": ["--format", "json"]}',
                     env={"ANSIBLE_CALLBACKS_ENABLED": "gpufleet.gpu.gpufleet_report",
                          "GPUFLEET_REPORT": str(out)})

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from fleetlib import Fleet, make_fleet
 
+from paths import COLLECTION
+
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +41,7 @@ def _play(fleet: Fleet, host: str, *extra: str,
           playbook: str = "remediate_gpu_reset.yml") -> subprocess.CompletedProcess[str]:
     bin_dir = Path(fleet.env["PATH"].split(":")[0])
     argv = [str(bin_dir / "ansible-playbook"), "-i", str(fleet.inventory), "-l", host,
-            str(REPO / "playbooks" / playbook), *extra]
+            str(COLLECTION / "playbooks" / playbook), *extra]
     try:
         return subprocess.run(argv, cwd=REPO, env=fleet.env, capture_output=True, text=True,
                               timeout=180, check=False)
@@ -97,7 +99,8 @@ def test_bug_report_is_collected_into_the_rma_bundle(rfleet: Fleet, tmp_path: Pa
     bin_dir = Path(rfleet.env["PATH"].split(":")[0])
     play = subprocess.run(
         [str(bin_dir / "ansible-playbook"), "-i", str(rfleet.inventory), "-l", "gpu-again",
-         str(REPO / "playbooks/collect_bug_report.yml"), "-e", f"collect_bug_report_dest={dest}",
+         str(COLLECTION / "playbooks/collect_bug_report.yml"),
+         "-e", f"collect_bug_report_dest={dest}",
          "-e", f"collect_bug_report_store={store}",
          "-e", f"collect_bug_report_gpufleet={bin_dir / 'gpufleet'}"],
         cwd=REPO, env=rfleet.env, capture_output=True, text=True, timeout=180, check=False)

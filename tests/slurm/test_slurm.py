@@ -23,6 +23,8 @@ import pytest
 import slurmlib
 import yaml
 
+from paths import COLLECTION
+
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -326,7 +328,7 @@ def _remediate(c: slurmlib.Cluster, node: str, *extra: str) -> subprocess.Comple
         str(VENV_BIN / "ansible-playbook"), "-i", f"{node},", "-c", "local",
         "-e", f"ansible_python_interpreter={sys.executable}", "-e", "ansible_become=false",
         "-e", f"remediate_slurm_node={node}", "-e", f"remediate_slurm_conf={c.conf}", *extra,
-        str(REPO / "playbooks/remediate_gpu_reset.yml")],
+        str(COLLECTION / "playbooks/remediate_gpu_reset.yml")],
         env={"PATH": f"/usr/local/sbin:{VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
              "HOME": str(home), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
              "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(home / ".ansible-tmp")},

@@ -17,6 +17,7 @@ from gpufleet.cli import main
 from gpufleet.inventory import ExpectError, load_expectations, node_spec
 from gpufleet.model import ContainerInfo, Expectations, Facts, HostResult, Report, to_jsonable
 from gpufleet.rules import evaluate
+from paths import COLLECTION
 
 REPO = Path(__file__).resolve().parents[2]
 OWN = "sha256:" + "a" * 64  # the workspace's own image_digest
@@ -40,12 +41,12 @@ def test_every_expectations_field_has_exactly_one_variable() -> None:
 
 def test_healthcheck_role_lists_the_table() -> None:
     """YAML cannot import the table: the role's copy must equal it, names and order."""
-    role = yaml.safe_load((REPO / "roles/gpufleet_healthcheck/vars/main.yml").read_text())
+    role = yaml.safe_load((COLLECTION / "roles/gpufleet_healthcheck/vars/main.yml").read_text())
     assert role["_gpufleet_healthcheck_expect_keys"] == [v.name for v in desired.VARS]
     assert tuple(role["_gpufleet_healthcheck_workspace_keys"]) == desired.WORKSPACE_KEYS
 
 
-@pytest.mark.parametrize("spec", sorted((REPO / "roles").glob("*/meta/argument_specs.yml")),
+@pytest.mark.parametrize("spec", sorted((COLLECTION / "roles").glob("*/meta/argument_specs.yml")),
                          ids=lambda p: p.parts[-3])
 def test_argument_specs_declare_what_the_scope_says(spec: Path) -> None:
     role = spec.parts[-3]
@@ -58,7 +59,7 @@ def test_argument_specs_declare_what_the_scope_says(spec: Path) -> None:
 
 
 def test_every_scope_role_exists() -> None:
-    roles = {p.name for p in (REPO / "roles").iterdir() if p.is_dir()}
+    roles = {p.name for p in (COLLECTION / "roles").iterdir() if p.is_dir()}
     assert {r for v in desired.VARS for r in v.scope} - {desired.AGENT} <= roles
 
 

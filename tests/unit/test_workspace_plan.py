@@ -6,13 +6,13 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-_PLUGIN = (Path(__file__).resolve().parents[2]
-           / "plugins/filter/pytorch_workspace.py")  # fmt: skip
+from paths import COLLECTION
+
+_PLUGIN = COLLECTION / "plugins/filter/pytorch_workspace.py"
 _spec = importlib.util.spec_from_file_location("pytorch_workspace_filters", _PLUGIN)
 assert _spec is not None and _spec.loader is not None
 pw = importlib.util.module_from_spec(_spec)

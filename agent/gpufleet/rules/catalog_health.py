@@ -185,7 +185,7 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                               "draining; reboot: reboot the node)"}),
     RuleInfo("GF421", "error", "a GPU on the PCI bus is not enumerated by the driver",
              "drain {host}; the GPU at {bus} fell off the bus or failed to initialise: reboot "
-             "(`ansible-playbook playbooks/remediate_reboot.yml -l {host}`), then reseat or RMA it "
+             "(`ansible-playbook gpufleet.gpu.remediate_reboot -l {host}`), then reseat or RMA it "
              "if it stays "
              "missing",
              meaning="sysfs lists more NVIDIA display/3D controllers (`pci_gpus`) than "
@@ -218,7 +218,7 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF433", "error", "Xid 74 again and again on the same NVLink",
              "drain {host}: NVLink {link} of the GPU at {bus} keeps failing. Reseat what that "
              "link runs through (baseboard connector or bridge), collect the bug report "
-             "(`ansible-playbook playbooks/collect_bug_report.yml -l {host}`, then `gpufleet "
+             "(`ansible-playbook gpufleet.gpu.collect_bug_report -l {host}`, then `gpufleet "
              "rma-bundle {host}`) and open an RMA case for the GPU or baseboard",
              meaning="Over this run and the saved runs: Xid 74 (NVLink error) naming the same "
                      "link (`link N(` in the message, fact `xid_events[].nvlink`) at least 3 "
@@ -229,9 +229,9 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
              doc_fill={"link": "K"}),
     RuleInfo("GF434", "warning", "Xid 74 spread over several NVLinks of one GPU",
              "the links of the GPU at {bus} on {host} share the fault: reset that GPU "
-             "(`ansible-playbook playbooks/remediate_gpu_reset.yml -l {host} -e "
+             "(`ansible-playbook gpufleet.gpu.remediate_gpu_reset -l {host} -e "
              "remediate_gpu=GPU`); if Xid 74 comes back over several links, reboot "
-             "(`ansible-playbook playbooks/remediate_reboot.yml -l {host}`) and check the "
+             "(`ansible-playbook gpufleet.gpu.remediate_reboot -l {host}`) and check the "
              "fabric manager's log on an NVSwitch baseboard",
              meaning="Over this run and the saved runs: at least 3 Xid 74 on one GPU within 24 "
                      "h, over two or more links, none of them at GF433's limit. No one link "

@@ -300,7 +300,7 @@ RUN_RULES: tuple[RuleInfo, ...] = (
              meaning="`docker exec` of the check failed or found no sshd/Jupyter answer; "
                      "GF804/GF805/GF807 could not judge it."),
     RuleInfo("GF810", "error", "workspace reaches GPUs it was not given",
-             "ansible-playbook playbooks/site.yml --tags pytorch_workspace -l {host} (recreates "
+             "ansible-playbook gpufleet.gpu.site --tags pytorch_workspace -l {host} (recreates "
              "{workspace} with --env NVIDIA_VISIBLE_DEVICES=void or --gpus of its own GPUs only)",
              meaning="The GPUs a workspace container really has (its device requests; without "
                      "any, under the nvidia runtime, its `NVIDIA_VISIBLE_DEVICES`, which CUDA "

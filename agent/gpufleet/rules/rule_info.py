@@ -38,7 +38,7 @@ FAMILIES: Mapping[str, str] = {
     "GF9xx": "node-local (Slurm)",
 }
 
-_SITE = "ansible-playbook playbooks/site.yml"
+_SITE = "ansible-playbook gpufleet.gpu.site"
 # -i: the inventory the check ran on; an exact nvidia_driver_version there wins over a branch,
 # so moving to a branch clears it on the command line.
 _UPGRADE = "ansible-playbook -i INVENTORY gpufleet.gpu.upgrade_driver -l {host}"

@@ -163,7 +163,7 @@ def _remedy(comp: str, version: str, fixed: list[str], newest: Floor | None, hos
         return (f"upgrade runc on {host} to {best} or later (Docker's containerd.io package, or "
                 "the distribution's runc update)")
     if comp == "docker":
-        return (f"ansible-playbook playbooks/site.yml --tags container_runtime -l {host} "
+        return (f"ansible-playbook gpufleet.gpu.site --tags container_runtime -l {host} "
                 f"(Docker Engine {best} or later)")
     return best
 

@@ -71,9 +71,9 @@ NEED_FIX: Mapping[Need, str] = {
     "none": "nothing to do",
     "app": "restart the application; act only if it repeats on this GPU",
     "reset": "drain the node and reset the GPU: `ansible-playbook "
-             "playbooks/remediate_gpu_reset.yml -l NODE -e remediate_gpu=GPU` (checks it is "
+             "gpufleet.gpu.remediate_gpu_reset -l NODE -e remediate_gpu=GPU` (checks it is "
              "idle, then `nvidia-smi -r -i GPU`)",
-    "reboot": "drain the node and reboot it: `ansible-playbook playbooks/remediate_reboot.yml "
+    "reboot": "drain the node and reboot it: `ansible-playbook gpufleet.gpu.remediate_reboot "
               "-l NODE` (checks no GPU process runs, then proves every GPU came back)",
     "inspect": "drain the node and inspect it; collect `nvidia-bug-report.sh` for NVIDIA",
     "unknown": "look the code up in NVIDIA's Xid catalog",

@@ -227,7 +227,7 @@ def pytorch_workspace_plan(
                 "files": {}}
     gpus = []  # nvidia-smi --query-gpu=index,uuid --format=csv,noheader lines
     for line in host_gpus or []:
-        index, _, uuid = str(line).partition(",")
+        index, _comma, uuid = str(line).partition(",")
         if index.strip().isdigit():
             gpus.append({"index": index.strip(), "uuid": uuid.strip()})
     if any(isinstance(w, dict) and w.get("state", "present") == "present" for w in workspaces):

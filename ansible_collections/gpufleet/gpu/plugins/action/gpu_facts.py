@@ -8,10 +8,12 @@ from __future__ import annotations
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.gpu.plugins.module_utils.gpu_facts_spec import ARGUMENT_SPEC
+
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("timeout",))
+    _VALID_ARGS = frozenset(ARGUMENT_SPEC)
 
     def run(self, tmp=None, task_vars=None):
         try:
@@ -28,7 +30,9 @@ class ActionModule(ActionBase):
 
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        timeout = float(self._task.args.get("timeout", 60))
+        # The module's spec: a wrong type or an unknown option fails the task with Ansible's message.
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
+        timeout = args["timeout"]
         # The desired-state variables (gpufleet.desired), passed on in the result as
         # gpufleet_expect for `gpufleet ansible-report`: workspace items keep only what the
         # agent reads, never their tokens (the result lands in AWX job events).

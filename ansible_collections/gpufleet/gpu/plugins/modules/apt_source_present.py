@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: gpufleet maintainers
+# SPDX-License-Identifier: Apache-2.0
 """Ansible module: is an apt repository URI already configured by another source file?"""
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ description:
     nvidia-container-toolkit.list, Docker's docker.sources) reuses it instead of adding its own.
   - Read-only; runs the same way in check mode.
 version_added: "0.1.0"
-author: gpufleet
+author: gpufleet maintainers (!UNKNOWN)
 options:
   uri:
     description: Repository URI; C($(ARCH)) is replaced with the dpkg architecture. A trailing C(/) is ignored.

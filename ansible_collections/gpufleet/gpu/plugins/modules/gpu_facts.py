@@ -1,6 +1,7 @@
 # Copyright: gpufleet maintainers
 # SPDX-License-Identifier: Apache-2.0
-"""Documentation of gpufleet.gpu.gpu_facts; the work is done by its action plugin."""
+"""gpufleet.gpu.gpu_facts: the documentation and the argument spec; the work is done by the action
+plugin of the same name on the controller, so this file only runs if that plugin is bypassed."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ description:
     callback or C(gpufleet ansible-report).
   - Requires the gpufleet Python package on the controller or in the execution environment.
 version_added: 0.1.0
-author: gpufleet maintainers
+author: gpufleet maintainers (!UNKNOWN)
 options:
   timeout:
     description:
@@ -27,10 +28,13 @@ options:
     default: 60
 attributes:
   check_mode:
+    description: Reads the host only, so check mode runs it the same way.
     support: full
   diff_mode:
+    description: Changes nothing, so there is no diff to show.
     support: none
   action:
+    description: Runs as an action plugin on the controller, which sends the probe over the task's connection.
     support: full
 notes:
   - Connections that take a command's stdin (ssh, local, docker, ...) work; paramiko does not.
@@ -57,3 +61,19 @@ gpufleet_expect:
   returned: success
   type: dict
 """
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+
+from ansible_collections.gpufleet.gpu.plugins.module_utils.gpu_facts_spec import (  # noqa: E402
+    ARGUMENT_SPEC,
+)
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    module.fail_json(msg="gpufleet.gpu.gpu_facts runs as its action plugin on the controller; "
+                         "this module ran on the host instead (the action plugin was not found)")
+
+
+if __name__ == "__main__":
+    main()
