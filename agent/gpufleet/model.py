@@ -1,6 +1,7 @@
 """Frozen dataclasses that cross module boundaries.
 
-Everything here is plain data: no I/O, no imports of other gpufleet modules. JSON output is
+Everything here is plain data: no I/O, no imports of other gpufleet modules but model_fabric
+(the fabric's facts, re-exported here). JSON output is
 `to_jsonable(obj)` of these objects (dataclasses become dicts, tuples become lists).
 A fact that could not be read is `None`, and the reason is recorded in `Facts.errors[<family>]`.
 """
@@ -13,6 +14,14 @@ import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from gpufleet.model_fabric import FabricInfo as FabricInfo
+from gpufleet.model_fabric import GdrSupport as GdrSupport
+from gpufleet.model_fabric import GpuNvLinks as GpuNvLinks
+from gpufleet.model_fabric import IbLink as IbLink
+from gpufleet.model_fabric import IbPort as IbPort
+from gpufleet.model_fabric import NvLink as NvLink
+from gpufleet.model_fabric import NvLinkErrorCounts as NvLinkErrorCounts
 
 REPORT_SCHEMA = "gpufleet.report/v1"
 FACTS_SCHEMA = "gpufleet.facts/v1"
@@ -205,30 +214,6 @@ def cohort_label(model: str, topology: str, world_hosts: int) -> str:
 
 
 @dataclass(frozen=True)
-class NvLink:
-    link: int
-    active: bool
-    speed_gbps: float | None = None
-
-
-@dataclass(frozen=True)
-class GpuNvLinks:
-    gpu_index: int
-    links: tuple[NvLink, ...] = ()
-
-
-@dataclass(frozen=True)
-class FabricInfo:
-    """NVSwitch fabric: per-GPU state from `nvidia-smi -q` plus the fabric manager service."""
-
-    # index -> "Completed" | "In Progress" | "N/A"
-    gpu_states: Mapping[int, str] = field(default_factory=dict)
-    gpu_status: Mapping[int, str] = field(default_factory=dict)  # index -> "Success" | error text
-    manager_running: bool | None = None  # None: not applicable / unknown
-    nvswitch_count: int = 0
-
-
-@dataclass(frozen=True)
 class DockerInfo:
     server_version: str | None = None
     runtimes: tuple[str, ...] = ()
@@ -275,62 +260,11 @@ class GpuProcess:
 
 
 @dataclass(frozen=True)
-class IbPort:
-    """One RDMA port (InfiniBand or RoCE) as /sys/class/infiniband/DEVICE/ports/PORT/rate says."""
-
-    device: str  # "mlx5_0"
-    port: str  # "1"
-    rate: str  # "400 Gb/sec (4X NDR)", as the kernel prints it
-    rate_gbit: float | None = None  # 400.0; None when the rate text has no "N Gb/sec"
-
-
-@dataclass(frozen=True)
 class KernelsInfo:
     """The kernels a reboot could start, beside the running one (`os.kernel`)."""
 
     installed: tuple[str, ...] = ()  # releases of /boot/vmlinuz-RELEASE, sorted by version
     reboot_required: bool | None = None  # /var/run/reboot-required (Debian/Ubuntu); None = n/a
-
-
-@dataclass(frozen=True)
-class IbLink:
-    """One RDMA port's health as /sys/class/infiniband/DEVICE/ports/PORT shows it (probes/ib.py
-    has the layout and its sources). A field not read is None (or empty)."""
-
-    device: str  # "mlx5_0"
-    port: str  # "1"
-    state: str | None = None  # "ACTIVE" (state: "4: ACTIVE")
-    phys_state: str | None = None  # "LinkUp" (phys_state: "5: LinkUp")
-    link_layer: str | None = None  # "InfiniBand" | "Ethernet" (RoCE)
-    counters: Mapping[str, int] = field(default_factory=dict)  # counters/*: link_downed, …
-    hw_counters: Mapping[str, int] = field(default_factory=dict)  # hw_counters/* (driver's)
-    pkeys: tuple[str, ...] = ()  # the non-zero pkeys/* entries, "0xffff"
-    gid0: str | None = None  # gids/0
-    netdev: str | None = None  # RoCE: gid_attrs/ndevs/0
-    carrier_changes: int | None = None  # /sys/class/net/NETDEV/carrier_changes (RoCE)
-    ber: str | None = None  # mlxlink's Effective Physical BER, "15E-255"; None: not collected
-    raw_ber: str | None = None  # mlxlink's Raw Physical BER (before FEC), "3E-10"
-    ber_note: str | None = None  # why ber is None: "mlxlink not installed", "port not ACTIVE", …
-
-
-@dataclass(frozen=True)
-class NvLinkErrorCounts:
-    """One GPU's NVLink error counters, `nvidia-smi nvlink -e` (probes/nvlink_errors.py)."""
-
-    gpu: int
-    uuid: str | None = None
-    links: Mapping[int, Mapping[str, int]] = field(default_factory=dict)  # k -> replay, …
-
-
-@dataclass(frozen=True)
-class GdrSupport:
-    """What GPUDirect RDMA can register GPU memory through, from sysfs (probes/gdr.py)."""
-
-    # /sys/module/NAME present -> its version file ("" where it has none): nvidia_peermem,
-    # nv_peer_mem, ib_core, ib_uverbs
-    modules: Mapping[str, str] = field(default_factory=dict)
-    # /sys/kernel/mm/memory_peers/NAME -> its version: a client registered with ib_core
-    memory_peers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
