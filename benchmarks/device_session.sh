@@ -18,7 +18,7 @@ else
   export PYTHONPATH=$PWD/agent
 fi
 exec > >(tee -a "$OUT/$P-session.log") 2>&1
-date -u; git log --oneline -1 2>/dev/null || true; nvidia-smi -L
+date -u; echo "tree: ${GPUFLEET_COMMIT:-the working tree sent (set GPUFLEET_COMMIT to name it)}"; nvidia-smi -L
 S=/tmp/gpufleet-store
 elapsed() { python3 -c "import time,sys; print(round(time.time()-float(sys.argv[1]),1))" "$1"; }
 for i in 1 2; do
