@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.sku.anchors import TOLERANCE, compare, parse_nvbandwidth
+from gpufleet.sku.anchors import TOLERANCE, compare, gemm_pairs, parse_nvbandwidth
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 P = "2026-12-01-nvidia-h200-s3"
@@ -30,6 +30,23 @@ def test_ours_within_two_percent_of_nvbandwidth(ours: str, lines, anchor: str) -
     assert sorted(p.metric for p in pairs) == ["d2h_gbps", "h2d_gbps", "hbm_gbps"]
     off = [(p.metric, round(p.ours, 1), round(p.anchor, 1)) for p in pairs if not p.within]
     assert off == [], f"more than {TOLERANCE:.0%} from the anchor"
+
+
+def test_our_gemm_within_two_percent_of_a_plain_torch_gemm_per_dtype() -> None:
+    """benchmarks/gemm_anchor.py on the lent H200: 9 interleaved rounds, medians compared."""
+    pairs = gemm_pairs(load("gemm-anchor.json"))
+    assert [p.metric for p in pairs] == [f"matmul_tflops.{d}"
+                                         for d in ("bf16", "fp16", "tf32", "fp32", "fp8")]
+    off = [(p.metric, round(p.ours, 1), round(p.anchor, 1)) for p in pairs if not p.within]
+    assert off == [], f"more than {TOLERANCE:.0%} from the anchor"
+
+
+def test_gemm_rounds_without_numbers_are_no_anchor() -> None:
+    rounds = [{"bf16_ours": 700.0, "bf16_anchor": "nan"}, {"fp16_ours": 1.0}, "x",
+              {"fp32_ours": 50.0, "fp32_anchor": 60.0}]
+    [pair] = gemm_pairs({"rounds": rounds})
+    assert (pair.metric, pair.within) == ("matmul_tflops.fp32", False)
+    assert gemm_pairs(["not", "a", "result"]) == []
 
 
 def test_a_failed_or_garbled_testcase_is_no_anchor() -> None:

@@ -7,15 +7,17 @@ here, never trusted: a testcase that did not pass or a matrix cell that is not a
 out. `compare` pairs each of our expectation lines with the testcase that measures the same copy,
 counted the same way (host_to_device_memcpy_ce / device_to_host_memcpy_ce: one GPU's column;
 device_local_copy: bytes counted once, as our membw check counts them) and says whether ours is
-within TOLERANCE of it. The GEMM anchor (a plain-torch GEMM per dtype) is not compared here: on
-the lent H200 the same 8192^3 GEMM moves by more than 10 % with the order and length of the runs
-before it (benchmarks/results/2026-12-01-nvidia-h200-s3-gemm-seconds.json), so a 2 % agreement
-there would measure the GPU's power state, not our timing.
+within TOLERANCE of it. The GEMM anchor is a plain-torch GEMM per dtype written independently
+of the smoke (benchmarks/gemm_anchor.py): on the lent H200 the same 8192^3 GEMM moves by more
+than 10 % with the order and length of the runs before it (the GPU's power state:
+benchmarks/results/2026-12-01-nvidia-h200-s3-gemm-seconds.json), so ours and the anchor alternate
+in swapped order every round and `gemm_pairs` compares the medians of the rounds.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -81,4 +83,20 @@ def compare(expectations: Any, nvbandwidth: Mapping[str, Mapping[int, float]]) -
         anchor = nvbandwidth.get(case, {}).get(gpu) if isinstance(gpu, int) else None
         if ours is not None and anchor is not None and isinstance(gpu, int):
             pairs.append(Pair(str(e["metric"]), gpu, ours, anchor, case))
+    return pairs
+
+
+def gemm_pairs(doc: Any) -> list[Pair]:
+    """benchmarks/gemm_anchor.py's result: per dtype, the median of ours beside the median of
+    the plain-torch anchor over the interleaved rounds (metric `matmul_tflops.DTYPE`, GPU 0)."""
+    rounds = doc.get("rounds") if isinstance(doc, Mapping) else None
+    pairs: list[Pair] = []
+    for dtype in ("bf16", "fp16", "tf32", "fp32", "fp8"):
+        ours = [v for r in rounds or () if isinstance(r, Mapping)
+                and (v := _cell(r.get(f"{dtype}_ours"))) is not None]
+        anchor = [v for r in rounds or () if isinstance(r, Mapping)
+                  and (v := _cell(r.get(f"{dtype}_anchor"))) is not None]
+        if ours and anchor:
+            pairs.append(Pair(f"matmul_tflops.{dtype}", 0, statistics.median(ours),
+                              statistics.median(anchor), "plain-torch GEMM"))
     return pairs
