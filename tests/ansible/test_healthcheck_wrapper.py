@@ -156,6 +156,7 @@ def test_the_wrapper_runs_node_check_over_the_node_local_history(tmp_path: Path)
     assert res.rc == 0, res.tail()
     wrapper = (tmp_path / "libexec" / "gpufleet-healthcheck").read_text()
     assert f"--history {tmp_path}/history" in wrapper and "--history-keep-days 8" in wrapper
+    assert f"--counters {tmp_path}/counters/counters.json" in wrapper
 
     now = dt.datetime.now(dt.timezone.utc)
     stamp = lambda h: (now - dt.timedelta(hours=h)).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
@@ -177,3 +178,6 @@ def test_the_wrapper_runs_node_check_over_the_node_local_history(tmp_path: Path)
     assert rules["GF433"]["evidence"]["nvlink"] == 5 and rules["GF433"]["evidence"]["count"] == 3
     kept = [e["generated_at"] for e in RunStore(tmp_path / "history").entries()]
     assert kept == [stamp(1), report["generated_at"]]
+    # The node's counter history got this run's sample (the role made its directory).
+    counters = json.loads((tmp_path / "counters" / "counters.json").read_text())
+    assert counters, counters

@@ -48,6 +48,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmlib.Clust
         # No node-local store here: this lab's runs judge each run on its own log, as before the
         # role passed --history (tests/ansible/test_healthcheck_wrapper.py covers the store).
         "gpufleet_healthcheck_history_dir": "",
+        "gpufleet_healthcheck_counters_file": "",
         "gpufleet_healthcheck_slurm_conf": str(c.conf),
         "gpufleet_healthcheck_breaker_share": 0.5,
         "gpufleet_healthcheck_interval": INTERVAL,
