@@ -73,30 +73,7 @@ def prepare(workdir: Path, addr: str, repos: rpmgraph.RpmRepos, key: Path) -> tg
     tg.run(["cp", str(workdir / "mirror" / repos.dirs["baseos"] / "Packages" / pkg),
             str(local)])
     tg.run(["chroot", str(root), "rpm", "-i", "--nodeps", f"/tmp/{pkg}"])
-    return _keys(root, workdir, addr)
-
-
-def _keys(root: Path, workdir: Path, addr: str) -> tg.Target:
-    """sshd config, a fresh host key and client key, known_hosts (as roletarget.prepare_target)."""
-    t = tg.Target(root=root, workdir=workdir, addr=addr)
-    for name in ("resolv.conf", "hosts"):
-        tg.shutil.copy(f"/etc/{name}", root / "etc" / name)
-    (root / "etc/ssh/sshd_config_gpufleet").write_text(tg.SSHD_CONFIG.format(addr=addr))
-    for old in (root / "etc/ssh").glob("ssh_host_*"):
-        old.unlink()
-    hostkey = root / "etc/ssh/ssh_host_ed25519_key"
-    tg.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-rocky", "-f",
-            str(hostkey)])
-    (root / "run/sshd").mkdir(parents=True, exist_ok=True)
-    tg.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-tests", "-f",
-            str(t.key)])
-    ssh_dir = root / "root/.ssh"
-    ssh_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    (ssh_dir / "authorized_keys").write_text(t.key.with_suffix(".pub").read_text())
-    (ssh_dir / "authorized_keys").chmod(0o600)
-    kind, b64 = hostkey.with_suffix(".pub").read_text().split()[:2]
-    t.known_hosts.write_text(f"{t.addr} {kind} {b64}\n")
-    return t
+    return tg.ssh_access(tg.Target(root=root, workdir=workdir, addr=addr))
 
 
 def rpms(t: tg.Target) -> dict[str, str]:

@@ -392,9 +392,16 @@ def prepare_target(workdir: Path, addr: str) -> Target:
         if suite in archives:
             lines.append(f"deb {archives[suite]} {suite} main")
     (root / "etc/apt/sources.list").write_text("\n".join(lines) + "\n")
+    return ssh_access(t)
+
+
+def ssh_access(t: Target) -> Target:
+    """The target's resolver and hosts, its sshd config, a fresh host key and client key, and
+    known_hosts naming that host key."""
+    root = t.root
     for name in ("resolv.conf", "hosts"):
         shutil.copy(f"/etc/{name}", root / "etc" / name)
-    (root / "etc/ssh/sshd_config_gpufleet").write_text(SSHD_CONFIG.format(addr=addr))
+    (root / "etc/ssh/sshd_config_gpufleet").write_text(SSHD_CONFIG.format(addr=t.addr))
     # A host key of its own per run: a client that reached another run's sshd fails verification.
     for old in (root / "etc/ssh").glob("ssh_host_*"):
         old.unlink()

@@ -9,7 +9,7 @@ judge a run against it (GF520/GF521) are rules/history.py's.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from gpufleet.model import fmt_bytes
@@ -84,6 +84,18 @@ def good_runs(name: str, now: Mapping[str, Any], entries: Sequence[Entry]) -> li
     good = [e for e in entries
             if (s := e["hosts"].get(name)) is not None and s["good"] and _alike(s, now)]
     return good[-BASELINE_RUNS:]
+
+
+def baselined_hosts(doc: Mapping[str, Any], entries: Sequence[Entry]
+                    ) -> Iterator[tuple[str, dict[str, Any], list[Entry]]]:
+    """(name, run summary, its good runs) for each host of DOC that a baseline can judge: it
+    answered, it measured on a GPU backend, and the store holds good runs measured alike."""
+    for name, now in sorted(summarize_run(doc).items()):
+        if now["status"] != "ok" or now["backend"] in (None, "gloo"):
+            continue
+        good = good_runs(name, now, entries)
+        if good:
+            yield name, now, good
 
 
 def _finding_keys(doc: Mapping[str, Any], name: str) -> dict[tuple[str, str], Mapping[str, Any]]:

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.history.analysis import Entry, good_runs, summarize_run
+from gpufleet.history.analysis import Entry, baselined_hosts
 from gpufleet.model import Finding, fmt_bytes
 from gpufleet.rules.base import finding
 
@@ -25,12 +25,7 @@ DRIFT_MARGIN = 0.10  # run-to-run busbw/TFLOP/s noise on one host stays well ins
 def drift_findings(doc: Mapping[str, Any], entries: Sequence[Entry]) -> list[Finding]:
     """GF520 (busbw) and GF521 (TFLOP/s per GPU): this run against each host's own baseline."""
     out: list[Finding] = []
-    for name, now in sorted(summarize_run(doc).items()):
-        if now["status"] != "ok" or now["backend"] in (None, "gloo"):
-            continue
-        good = good_runs(name, now, entries)
-        if not good:
-            continue
+    for name, now, good in baselined_hosts(doc, entries):
         runs = [e["file"] for e in good]
         since = good[-1]["generated_at"]
         # busbw at the largest size this run measured that the good runs measured too.

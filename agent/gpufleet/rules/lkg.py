@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.history.analysis import Entry, good_runs, measured_key, summarize_run
+from gpufleet.history.analysis import Entry, baselined_hosts, measured_key
 from gpufleet.model import Finding
 from gpufleet.rules.base import finding
 from gpufleet.rules.history import DRIFT_MARGIN
@@ -34,12 +34,7 @@ def _lines(hdoc: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 def lkg_findings(doc: Mapping[str, Any], entries: Sequence[Entry]) -> list[Finding]:
     out: list[Finding] = []
-    for name, now in sorted(summarize_run(doc).items()):
-        if now["status"] != "ok" or now["backend"] in (None, "gloo"):
-            continue
-        good = good_runs(name, now, entries)
-        if not good:
-            continue
+    for name, now, good in baselined_hosts(doc, entries):
         lines = _lines((doc.get("hosts") or {}).get(name) or {})
         since = good[-1]["generated_at"]
         for key, cur in sorted(now["measured"].items()):
