@@ -23,6 +23,7 @@ import rpmgraph
 
 from conftest import PlayResult, _write_inventory, run_playbook
 from harness.processes import stop_pid
+from paths import COLLECTION
 
 pytestmark = [pytest.mark.ansible, pytest.mark.slow]
 
@@ -46,7 +47,7 @@ class RockyLab:
     def play(self, name: str, *args: str, **extra: object) -> PlayResult:
         """site.yml, the driver role only unless args name other --tags."""
         tags = () if "--tags" in args else TAGS
-        return run_playbook(Path(__file__).resolve().parents[2] / SITE, self.inventory,
+        return run_playbook(COLLECTION / SITE, self.inventory,
                             self.logdir, name, *tags, *args, extra_vars=self.vars() | extra)
 
     def vars(self) -> dict[str, object]:
@@ -234,7 +235,7 @@ def test_a_busy_host_is_refused_before_any_package_changes(
 
 
 def _upgrade(rocky_lab: RockyLab, name: str, **extra: object) -> PlayResult:
-    return run_playbook(Path(__file__).resolve().parents[2] / UPGRADE, rocky_lab.inventory,
+    return run_playbook(COLLECTION / UPGRADE, rocky_lab.inventory,
                         rocky_lab.logdir, name, extra_vars=rocky_lab.vars() | extra)
 
 
