@@ -1,6 +1,6 @@
 """`gpufleet deepcheck`'s decisions (engines/slurm/deepcheck.py): which idle nodes get a
 preemptible full check this run and why the others do not; Slurm's output read as untrusted.
-The real cluster run is tests/slurm/test_deepcheck.py."""
+The real cluster run is tests/slurm/test_slurm_deepcheck.py."""
 
 from __future__ import annotations
 
