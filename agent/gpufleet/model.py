@@ -482,6 +482,7 @@ class Expected:
     dtype: str | None = None  # matmul_tflops only
     bytes: int | None = None  # allreduce_busbw_gbps only: the message size
     measured: float | None = None
+    peer: int | None = None  # p2p_gbps only: the GPU read from in the line's measured copy
 
 
 EXPECTED_METRICS: tuple[str, ...] = (

@@ -311,6 +311,9 @@ _GEMM_COTENANT = SmokeCheck("gemm", True, "", {"per_rank": {"0": {
     "identity": {"uuid": _UUID0}, "tflops": {"bf16": 790.0},
     "sample": {"gpu": None, "apps": [{"gpu_uuid": _UUID0, "pid": "777", "process_name": "python3",
                                       "used_memory": "120000"}]}}}})
+_P2P_SLOW = SmokeCheck("p2p", True, "", {"per_rank": {"0": {"devices": {}, "pairs": [
+    {"src": 0, "dst": 1, "gbps": 120.0, "peer_access": True},
+    {"src": 1, "dst": 0, "gbps": 400.0, "peer_access": True}]}}})  # tests/unit/test_p2p_matrix.py
 # GF540-GF543: the SKU catalog (rules/perf.py; tests/unit/test_sku.py has the cause cases).
 CASES.update({
     "GF540": (lambda: fleet({"gpu02": {"smoke": {"matmul_tflops": {0: 321.7, 1: 790.0}}}}),
@@ -319,6 +322,7 @@ CASES.update({
     "GF542": (lambda: fleet({"gpu02": {"facts": {"gpus": (gpu(0, name="NVIDIA X9000"),)}}}),
               "gpu02"),
     "GF543": (lambda: fleet({"gpu02": {"smoke": {"checks": (_GEMM_COTENANT,)}}}), "gpu02"),
+    "GF544": (lambda: fleet({"gpu02": {"smoke": {"checks": (_P2P_SLOW,)}}}), "gpu02"),
     "GF545": (lambda: fleet({"gpu02": {"facts": {"ib_ports": (
         IbPort("mlx5_0", "1", "400 Gb/sec (4X NDR)", 400.0),
         IbPort("mlx5_1", "1", "100 Gb/sec (4X EDR)", 100.0))}}}), "gpu02"),

@@ -257,7 +257,7 @@ def test_quick_level_runs_only_the_cheap_readiness(monkeypatch: pytest.MonkeyPat
     quick, full = levels.get("quick").checks, levels.get("full").checks
     assert registry.selected(quick) == ["readiness"]
     assert registry.selected(full) == ["readiness", "hostdev_bw", "scaling", "sdc", "membw",
-                                      "gemm", "gdr"]
+                                      "p2p", "gemm", "gdr"]
     monkeypatch.setenv("GPUFLEET_SMOKE_DEEP", "sdc,bogus")
     assert registry.selected(full) == ["sdc"]
     assert registry.selected(quick) == []  # narrowing never adds a check the level lacks

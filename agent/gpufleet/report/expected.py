@@ -15,7 +15,8 @@ HEADER = ("host", "measured", "value", "expected", "floor", "verdict")
 
 
 def label(e: Mapping[str, Any]) -> str:
-    """'GPU 0 matmul bf16', 'allreduce_busbw @ 4 GiB': one line's name in every format."""
+    """'GPU 0 matmul bf16', 'allreduce_busbw @ 4 GiB', 'GPU 3 p2p from GPU 5': one line's name in
+    every format."""
     name = str(e.get("metric", "?")).removesuffix("_gbps").removesuffix("_tflops")
     if e.get("dtype"):
         name += f" {e['dtype']}"
@@ -23,6 +24,8 @@ def label(e: Mapping[str, Any]) -> str:
         name += f" @ {fmt_bytes(e['bytes'])}"
     if e.get("gpu") is not None:
         name = f"GPU {e['gpu']} {name}"
+    if e.get("peer") is not None:  # p2p: the pair the line measured (the reading GPU first)
+        name += f" from GPU {e['peer']}"
     return name
 
 

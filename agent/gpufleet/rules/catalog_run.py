@@ -69,6 +69,23 @@ RUN_RULES: tuple[RuleInfo, ...] = (
                      "processes on a GPU other than the smoke's own rank (a run with --force on a "
                      "busy host, or a process that started meanwhile). Evidence: each process's "
                      "pid, name and memory."),
+    RuleInfo("GF544", "error", "GPU<->GPU copies below the SKU's NVLink expectation",
+             "{hint}; then rerun `gpufleet check --level full -l {host}`",
+             meaning="The full level's copy matrix (every ordered GPU pair, as nvbandwidth's "
+                     "device_to_device_memcpy_read_ce: the reading GPU's copy engine, 512 MiB, "
+                     "bytes counted once) has pairs below their floor, or pairs it could not "
+                     "measure. A pair's expectation: the SKU's NVLinks x per-link rate x the "
+                     "p2p ratio (skus.json) x 0.76 for the floor, on every pair of an NVSwitch "
+                     "host and on the NVLink pairs `topo -m` shows elsewhere (sku/p2p.py). "
+                     "Evidence: the slowest pair's measured, expected, floor, ratio and source, "
+                     "every slow or missing pair, the one GPU they all involve (the subject) and "
+                     "the likely cause: no peer access (P2P disabled: staged through host "
+                     "memory), a PCIe path where NVLink was expected, NVLinks down or slow, the "
+                     "NVSwitch fabric not set up, other processes, clocks or MIG. A warning "
+                     "where the SKU's arch has no measured p2p ratio (borrowed).",
+             doc_fill={"hint": "the named cause's fix (e.g. `nvidia-smi topo -p2p r`, "
+                               "`nvidia-smi nvlink -s`), else nvbandwidth against a healthy "
+                               "host of the SKU"}),
     RuleInfo("GF545", "warning", "fewer RDMA ports at the SKU's rate than it expects",
              "check each slow or missing port on {host}: `ibstat`, `mlxlink -d DEV` (speed, "
              "cable, FEC); reseat or replace the cable or HCA, then rerun `gpufleet check -l "

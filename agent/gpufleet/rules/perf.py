@@ -2,8 +2,10 @@
 
 SKU catalog (GF540-GF543, gpufleet/sku): every GEMM and HBM value the smoke measured is judged on
 its own host against catalog peak x efficiency ratio (sku/expect.py); a value below its floor
-names the likely cause from the run's nvidia-smi sample and the facts (sku/causes.py). GF545: the
-host's RDMA ports against its SKU's rate, from the facts alone.
+names the likely cause from the run's nvidia-smi sample and the facts (sku/causes.py). GF544:
+every ordered GPU pair's copy (the full level's matrix) against its NVLink expectation, the cause
+from the pair's evidence (sku/p2p.py). GF545: the host's RDMA ports against its SKU's rate, from
+the facts alone.
 
 Fleet baseline: median and MAD of hosts with the same GPU model, topology and world size
 (published fixed thresholds differ by topology and NVLS; REFERENCE.md). A host is an outlier when
@@ -30,12 +32,12 @@ from gpufleet.model import (
 from gpufleet.model import topology_signature as _signature
 from gpufleet.rules import reference
 from gpufleet.rules.base import Ctx, finding, gpu_model
-from gpufleet.sku import causes
+from gpufleet.sku import causes, p2p
 from gpufleet.sku import expect as sku_expect
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF501", "GF502", "GF503", "GF540", "GF541", "GF542", "GF543",
-                          "GF545")
+                          "GF544", "GF545")
 SKU_RULES = {"matmul_tflops": "GF540", "hbm_gbps": "GF541"}
 
 
@@ -163,8 +165,71 @@ def _nics(h: HostResult, f: Facts, floors: Any) -> Iterator[Finding]:
                                  for r, d, p in ports]})
 
 
+def _pair(e: Expected) -> dict[str, Any]:
+    return {"src": e.peer, "dst": e.gpu, "measured": e.measured, "expected": e.expected,
+            "floor": e.floor, "ratio": round(e.measured / e.expected, 3)
+            if e.measured is not None else None}
+
+
+def _p2p(h: HostResult, f: Facts, floors: Any) -> Iterator[Finding]:
+    """GF544: one finding per host naming every slow or missing pair of the copy matrix; its
+    subject is the one GPU every such pair involves, when there is one (a GPU's NVLinks down)."""
+    mat = p2p.measured(f, h.smoke)
+    if mat is None:
+        return
+    pairs = sku_expect.p2p_pairs(f, h.smoke, floors)
+    slow = [(e, m) for e, m in pairs if e.measured is not None and e.measured < e.floor]
+    missing = [(e, m) for e, m in pairs if e.measured is None]
+    if not slow and not missing:
+        return
+    bad = slow + missing
+    common = set.intersection(*({e.gpu, e.peer} for e, _m in bad))
+    gpu = next(iter(common)) if len(common) == 1 else None
+    found: list[dict[str, Any]] = []
+    for e, m in bad:
+        for c in p2p.pair_causes(f, e.peer or 0, e.gpu or 0, m):
+            if c["text"] not in {x["text"] for x in found}:
+                found.append(c)
+    parts = []
+    if slow:
+        worst = min((e for e, _m in slow), key=lambda e: (e.measured or 0.0) / e.expected)
+        assert worst.measured is not None
+        parts.append(f"{len(slow)} of {len(pairs)} GPU<->GPU copies below their floor; slowest "
+                     f"GPU {worst.gpu} <- GPU {worst.peer} {worst.measured:.1f} GB/s is "
+                     f"{100 * worst.measured / worst.expected:.0f}% of the {worst.expected:.1f} "
+                     f"expected (floor {worst.floor:.1f})")
+    else:
+        worst = missing[0][0]
+    if missing:
+        why = sorted({(m.error if m is not None and m.error else
+                       mat.error or "not in the matrix") for _e, m in missing})
+        parts.append(f"{len(missing)} pair(s) not measured ({'; '.join(why)})")
+    if gpu is not None and len(bad) > 1:
+        parts.append(f"every one involves GPU {gpu}")
+    msg = f"{h.name}: " + "; ".join(parts)
+    msg += ("; likely cause: " + "; ".join(c["text"] for c in found)) if found else \
+        "; no cause visible in the facts"
+    hint = "; ".join(dict.fromkeys(p2p.fix(c) for c in found)) if found else (
+        "compare `nvbandwidth -t device_to_device_memcpy_read_ce` on the host with a healthy "
+        "one of the SKU and run `dcgmi diag -r 2`")
+    yield finding("GF544", [h.name], msg,
+                  {"metric": "p2p_gbps", "measured": worst.measured, "expected": worst.expected,
+                   "floor": worst.floor, "ratio": round(worst.measured / worst.expected, 3)
+                   if worst.measured is not None else None,
+                   "source": worst.source, "basis": worst.basis,
+                   "pairs": [_pair(e) for e, _m in slow],
+                   "missing": [{"src": e.peer, "dst": e.gpu, "error": (
+                       m.error if m is not None else mat.error or "not in the matrix")}
+                       for e, m in missing],
+                   "pairs_judged": len(pairs), "method": mat.method, "causes": found,
+                   **({"gpu": gpu, "subject": f"gpu{gpu}"} if gpu is not None else {})},
+                  severity="warning" if "borrowed" in worst.basis or "none measured" in
+                  worst.basis else None,
+                  hint=hint, gpu=gpu)
+
+
 def check_sku(ctx: Ctx) -> Iterator[Finding]:
-    """GF540/GF541 below the SKU expectation, GF542 no reference, GF543 a co-tenant seen."""
+    """GF540/GF541/GF544 below the SKU expectation, GF542 no reference, GF543 a co-tenant."""
     for h, f in ctx.with_facts():
         if not f.gpus:
             continue
@@ -183,6 +248,7 @@ def check_sku(ctx: Ctx) -> Iterator[Finding]:
         for e in sku_expect.host_expectations(f, s, floors):
             if e.metric in SKU_RULES and e.measured is not None and e.measured < e.floor:
                 yield _slow(h, f, e)
+        yield from _p2p(h, f, floors)
         for g in f.gpus:
             smp = _sample(f, s, g.index) or {}
             apps = causes.foreign(smp)

@@ -8,8 +8,10 @@ after a smoke run. Pure. docs/expectations.md explains each line:
 - allreduce_busbw_gbps: the host's own links (gpufleet.bandwidth, fabric class and NVLS stated
   there) at the largest judged size, floor = its fraction_required; GF504 judges it.
 - nvlink_link_gbps (per GPU): the SKU's per-link rate; GF413 judges it.
-- p2p_gbps (per GPU with NVLink, hosts of 2+ GPUs): links x per-link rate x the p2p ratio; not
-  measured yet (no smoke check of the copy matrix).
+- p2p_gbps (per GPU with NVLink, hosts of 2+ GPUs): links x per-link rate x the p2p ratio, per
+  ordered pair (sku/p2p.py says which pairs and their share of the links); measured by the full
+  level's `p2p` check (nvbandwidth's device_to_device_memcpy_read_ce); the GPU's line shows its
+  pair furthest below expectation (`peer`); GF544 judges every pair.
 - nic_gbps (per host with RDMA ports): the SKU's port rate; measured from the facts (the slowest
   of the N fastest ports); GF545 judges it.
 Each floor may be replaced per group or host (gpufleet_perf_floors, sku/floors.py).
@@ -24,6 +26,7 @@ from typing import Any
 
 from gpufleet import bandwidth, sku
 from gpufleet.model import Expected, Facts, Gpu, SmokeResult
+from gpufleet.sku import p2p
 from gpufleet.sku.floors import override_key
 
 DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8", "fp64")
@@ -87,7 +90,8 @@ def _line(metric: str, unit: str, peak: sku.Sourced, ratio: tuple[sku.Sourced, s
         **kw)
 
 
-def _gpu_lines(f: Facts, s: SmokeResult | None, g: Gpu) -> Iterator[Expected]:
+def _gpu_lines(f: Facts, s: SmokeResult | None, g: Gpu,
+               p2p_rows: Mapping[int, Expected]) -> Iterator[Expected]:
     cat = sku.load()
     model, how = model_of(f, g)
     if model is None:
@@ -114,7 +118,8 @@ def _gpu_lines(f: Facts, s: SmokeResult | None, g: Gpu) -> Iterator[Expected]:
                     how=how, gpu=g.index,
                     measured=round(float(got), 1) if got else None)
     yield from _pinned_lines(f, s, g, model, how)
-    yield from _p2p_line(f, g, model, how)
+    if g.index in p2p_rows:
+        yield p2p_rows[g.index]
     link = model.peaks.get("nvlink_link_gbps")
     if link is not None:
         speeds = [lk.speed_gbps for n in f.nvlink if n.gpu_index == g.index for lk in n.links
@@ -156,21 +161,24 @@ def _pinned_lines(f: Facts, s: SmokeResult | None, g: Gpu, model: sku.Model,
                        gpu=g.index, measured=round(float(got), 1) if got else None)
 
 
-def _p2p_line(f: Facts, g: Gpu, model: sku.Model, how: str) -> Iterator[Expected]:
-    """GPU g's copy to a peer over NVLink (nvbandwidth's device_to_device_memcpy_read_ce):
-    the SKU's links x per-link rate x the p2p ratio. Only on a host of several GPUs whose GPU g
-    has NVLink; measured stays None: no smoke check measures the matrix yet (the lent machine
-    has one GPU, so none could be proven there)."""
+def _p2p_base(f: Facts, g: Gpu) -> Expected | None:
+    """GPU g's copy from a peer over all its NVLinks (nvbandwidth's
+    device_to_device_memcpy_read_ce): the SKU's links x per-link rate x the p2p ratio. Only on
+    a host of several GPUs whose GPU g lists NVLinks (active or not: a GPU whose links are all
+    down is judged, not skipped); pairs scale it (sku/p2p.py)."""
     cat = sku.load()
+    model, how = model_of(f, g)
+    if model is None:
+        return None
     links, rate = model.peaks.get("nvlink_links"), model.peaks.get("nvlink_link_gbps")
     ratio = sku.efficiency(model, "p2p_gbps")
-    active = any(lk.active for n in f.nvlink if n.gpu_index == g.index for lk in n.links)
-    if len(f.gpus) < 2 or not active or links is None or rate is None or ratio is None:
-        return
+    listed = any(n.links for n in f.nvlink if n.gpu_index == g.index)
+    if len(f.gpus) < 2 or not listed or links is None or rate is None or ratio is None:
+        return None
     raw = links.value * rate.value
     r, basis = ratio
     floor = cat.floors["p2p"]
-    yield Expected(
+    return Expected(
         metric="p2p_gbps", unit="GB/s", expected=round(raw * r.value, 1),
         floor=round(raw * r.value * floor.value, 1),
         source=f"{links.value:g} links ({cat.cite(links.source)}) x {rate.value:g} GB/s "
@@ -178,7 +186,47 @@ def _p2p_line(f: Facts, g: Gpu, model: sku.Model, how: str) -> Iterator[Expected
                f"x{floor.value:g} ({cat.cite(floor.source)})",
         basis=f"{model.key} ({how}): NVLink per GPU x {basis} p2p ratio"
               + ("" if basis == "measured" else f" (none measured for {model.arch})"),
-        gpu=g.index, measured=None)
+        gpu=g.index)
+
+
+def p2p_pairs(f: Facts, s: SmokeResult | None,
+              floors: Mapping[str, float] | None = None,
+              ) -> list[tuple[Expected, p2p.PairMeasured | None]]:
+    """Every ordered pair judged on this host (gpu = the reading GPU, peer = the GPU read from)
+    with its measurement: None where the matrix did not run or left the pair out."""
+    bases = {g.index: b for g in f.gpus if (b := _p2p_base(f, g)) is not None}
+    sku_links = {g.index: md.peaks["nvlink_links"].value for g in f.gpus
+                 if g.index in bases and (md := model_of(f, g)[0]) is not None}
+    mat = p2p.measured(f, s)
+    out: list[tuple[Expected, p2p.PairMeasured | None]] = []
+    for pe in p2p.pair_expectations(f, sku_links):
+        base = bases[pe.dst]
+        m = mat.pairs.get((pe.src, pe.dst)) if mat is not None else None
+        extra = "" if pe.scale == 1 else (
+            f" x {pe.links:g}/{sku_links[pe.dst]:g} links (topo -m "
+            f"{p2p.topo_cell(f, pe.dst, pe.src)}: this pair's share)")
+        e = dataclasses.replace(
+            base, expected=round(base.expected * pe.scale, 1),
+            floor=round(base.floor * pe.scale, 1), source=base.source + extra, peer=pe.src,
+            measured=round(m.gbps, 1) if m is not None and m.gbps is not None else None)
+        out.append((_overridden(e, floors), m))
+    return out
+
+
+def _p2p_lines(f: Facts, s: SmokeResult | None) -> dict[int, Expected]:
+    """One line per reading GPU: its pair furthest below expectation when measured (peer names
+    it), else its weakest pair's expectation (peer None)."""
+    rows: dict[int, list[Expected]] = {}
+    for e, _m in p2p_pairs(f, s):
+        rows.setdefault(e.gpu or 0, []).append(e)
+    out: dict[int, Expected] = {}
+    for g, lines in rows.items():
+        got = [e for e in lines if e.measured is not None]
+        if got:
+            out[g] = min(got, key=lambda e: (e.measured or 0.0) / e.expected)
+        else:
+            out[g] = dataclasses.replace(min(lines, key=lambda e: e.expected), peer=None)
+    return out
 
 
 def expected_nics(f: Facts, model: sku.Model) -> int:
@@ -251,7 +299,8 @@ def host_expectations(f: Facts | None, s: SmokeResult | None = None,
     `floors` (the host's gpufleet_perf_floors) replaces the catalog's floor per metric."""
     if f is None or not f.gpus:
         return ()
-    out = [e for g in f.gpus for e in _gpu_lines(f, s, g)]
+    rows = _p2p_lines(f, s)
+    out = [e for g in f.gpus for e in _gpu_lines(f, s, g, rows)]
     out += list(_busbw_line(f, s))
     out += list(_nic_line(f))
     return tuple(_overridden(e, floors) for e in out)

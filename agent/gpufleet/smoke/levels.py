@@ -20,7 +20,7 @@ GIB = 1 << 30
 # The checks each rank runs, in order (smoke/remote/registry.py names their code). The deep
 # ones beyond readiness need seconds of GPU time each, so only the full level runs them.
 QUICK_CHECKS = ("matmul", "allreduce_exact", "ddp", "amp", "readiness")
-FULL_CHECKS = (*QUICK_CHECKS, "hostdev_bw", "scaling", "sdc", "membw", "gemm", "gdr")
+FULL_CHECKS = (*QUICK_CHECKS, "hostdev_bw", "scaling", "sdc", "membw", "p2p", "gemm", "gdr")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 
-from . import checks, deep, deep_verdict, gdr, gemm, membw
+from . import checks, deep, deep_verdict, gdr, gemm, membw, p2p
 
 
 def _always(c):
@@ -40,6 +40,7 @@ DEEP = (
     Check("scaling", deep.rank_scaling, deep_verdict.agg_scaling, _always, False),
     Check("sdc", deep.rank_sdc, deep_verdict.agg_sdc, _always, False),
     Check("membw", membw.rank_membw, membw.agg_membw, _always, False),
+    Check("p2p", p2p.rank_p2p, p2p.agg_p2p, _gpu_ranks, False),
     Check("gemm", gemm.rank_gemm, gemm.agg_gemm, _always, False),
     Check("gdr", gdr.rank_gdr, gdr.agg_gdr, _gpu_ranks, False),
 )
