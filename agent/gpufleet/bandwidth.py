@@ -326,12 +326,27 @@ def expect_world(hosts: Sequence[tuple[LinkBound | None, HostLinks]]) -> LinkBou
                        inventory={"nic_gbps_per_host": nets})
 
 
+def has_nvswitch(f: Facts) -> bool:
+    """NVSwitches in lspci (NVIDIA class-0680 bridges: A100 and Hopper HGX), or, where they are
+    no PCI bridge (HGX B200: managed through a ConnectX bridge, tests/fleet/profiles/README.md
+    row b200x8), a running fabric manager with every GPU pair NVLink-joined in `topo -m`: the
+    fabric manager exists to configure NVSwitches (NVIDIA Fabric Manager User Guide) and a
+    bridged pair host does not run it."""
+    fab = f.fabric
+    if fab is None:
+        return False
+    if fab.nvswitch_count > 0:
+        return True
+    links = f.topology.links if f.topology is not None else {}
+    return fab.manager_running is True and len(f.gpus) > 2 and _all_nvlink(links, len(f.gpus))
+
+
 def links_from_facts(f: Facts) -> HostLinks:
     return HostLinks(
         gpu_names=tuple(g.name or "" for g in f.gpus),
         nvlink=f.nvlink,
         gpu_links=f.topology.links if f.topology is not None else {},
-        nvswitch=f.fabric is not None and f.fabric.nvswitch_count > 0,
+        nvswitch=has_nvswitch(f),
         pcie={g.index: (g.pcie_gen_current, g.pcie_width_current) for g in f.gpus},
         nic_gbps=tuple(p.rate_gbit / 8 for p in f.ib_ports or () if p.rate_gbit),
         nvls_setting=next(((st.value, st.source) for st in (

@@ -1,8 +1,8 @@
 """Busbw expectations per fabric class against the cited public figures (issue 25, item 3).
 
 Hosts are the simulated profiles' facts (tests/fixtures/golden/profiles: h200x8 NVSwitch, h200x2
-NV18, pcie-only-8gpu) with, where the issue asks for a SKU no profile has (8xH100, 8xA100 SXM4,
-8xB200), the GPU names and NVLink speeds of that SKU put in (each SKU's links from skus.json).
+NV18, pcie-only-8gpu, a100x8 and b200x8 NVSwitch) with, where no profile has the SKU (8xH100,
+H100 NVL), the GPU names and NVLink speeds of that SKU put in (each SKU's links from skus.json).
 Public figures: ../shared/reviews/anchors-2026-12-01.md 1A and gpufleet.bandwidth.SOURCES.
 """
 
@@ -64,19 +64,25 @@ def test_8x_h200_nvswitch_sits_between_azures_two_floors() -> None:
 
 
 def test_8x_a100_sxm4_nvswitch_has_no_nvls_and_meets_azure_and_superbench() -> None:
-    b = _bound(_as_sku(_facts("h200x8"), "NVIDIA A100-SXM4-80GB", 12, 25.0))
+    b = _bound(_facts("a100x8"))  # the a100x8 profile: 6-NVSwitch HGX, 12 x 25 GB/s per GPU
     assert b.fabric == "nvswitch" and b.nvls == "NVLS unsupported here (NVSwitch before Hopper)"
     assert b.raw_gbps == pytest.approx(300.0)
-    _near(b.busbw_gbps[4 * GIB], 235.05, b.fabric)  # SuperBench NDv4 baseline, 8 GiB
-    _near(b.busbw_gbps[4 * GIB] * b.fraction, 228, b.fabric)  # Azure ND A100 v4 floor
+    _near(b.busbw_gbps[8 * GIB], 235.05, b.fabric)  # SuperBench NDv4 baseline, 8 GiB
+    _near(b.busbw_gbps[8 * GIB] * b.fraction, 228, b.fabric)  # Azure ND A100 v4 floor
 
 
-def test_8x_b200_nvswitch_is_formed_but_no_public_single_node_floor_exists() -> None:
+def test_8x_b200_nvswitch_is_found_without_pci_bridges_and_formed_by_formula() -> None:
     # 18 x 53.125 = 956.25 raw; NVLS on (Blackwell): 956.25 x 480 / 478.116 = 960.0. The
-    # anchors hold no single-node B200 figure (GCP's 250 is a 2-node floor): by formula only.
-    b = _bound(_as_sku(_facts("h200x8"), "NVIDIA B200", 18, 53.125))
-    assert b.fabric == "nvswitch_nvls"
+    # anchors hold no single-node B200 busbw figure (GCP's 250 is a 2-node floor): by formula
+    # only. The b200x8 profile has no NVSwitch in lspci (README row b200x8): the running fabric
+    # manager over an all-NVLink topology says NVSwitch.
+    f = _facts("b200x8")
+    assert f.fabric is not None and f.fabric.nvswitch_count == 0
+    b = _bound(f)
+    assert b.fabric == "nvswitch_nvls" and b.basis == "nvswitch"
     assert b.busbw_gbps[4 * GIB] == pytest.approx(956.25 * 480 / 478.116)
+    stopped = dataclasses.replace(f, fabric=dataclasses.replace(f.fabric, manager_running=False))
+    assert _bound(stopped).basis == "nvlink", "no fabric manager, no PCI NVSwitch: not claimed"
 
 
 def test_nv18_pair_is_the_measured_table_and_a_12_link_pair_meets_azures_nvl_floor() -> None:

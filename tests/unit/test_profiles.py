@@ -105,6 +105,8 @@ def test_every_named_profile_exists() -> None:
     assert set(NAMES) == {
         "h200x2",
         "h200x8",
+        "a100x8",
+        "b200x8",
         "driver-drift",
         "nvml-mismatch",
         "no-nvidia-smi",

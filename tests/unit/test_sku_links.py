@@ -6,8 +6,8 @@ below 335 GB/s and an A100 80GB node below 238; the catalog's floor is expected 
 every SKU (the H100/H200 one, the looser), so on A100 it sits below Azure's by at most
 P2P_MARGIN. NIC: gpud's thresholds (>= 8 ports at >= 400 Gb/s on H100/H200/B200/GB200, >= 1 at
 200 on A100). Profiles: tests/fixtures/golden/profiles (h200x8 NVSwitch, h200x2 NV18,
-pcie-only-8gpu), with the SKU's names and links put in where no profile has it (as
-test_fabric_classes.py); ports: the kernel's rate format (capture-free, as
+pcie-only-8gpu, a100x8, b200x8), with the SKU's names and links put in where no profile has it
+(8xH100, as test_fabric_classes.py); ports: the kernel's rate format (capture-free, as
 tests/fixtures/families/ib_ports).
 """
 
@@ -35,7 +35,7 @@ def p2p(f: Facts) -> list[tuple[float, float, str]]:
     ("h200x8", None, 18, 26.562, 335.0),  # 8xH200 NVSwitch: ND96isr_H200_v5 >= 335
     ("h200x2", None, 18, 26.562, 335.0),  # 2xH200 NV18
     ("h200x8", "NVIDIA H100 80GB HBM3", 18, 26.562, 335.0),  # ND96isr_H100_v5 >= 335
-    ("h200x8", "NVIDIA A100-SXM4-80GB", 12, 25.0, 238.0),  # ND96amsr_A100_v4 >= 238
+    ("a100x8", None, 12, 25.0, 238.0),  # the a100x8 profile: ND96amsr_A100_v4 >= 238
 ])
 def test_p2p_floor_meets_azures_for_the_same_fabric(profile: str, name: str | None,
                                                     links: int, speed: float,
@@ -47,12 +47,21 @@ def test_p2p_floor_meets_azures_for_the_same_fabric(profile: str, name: str | No
     assert expected == round(links * speed * 0.92, 1)
     assert floor <= azure * 1.005, "never stricter than the public floor (beyond rounding)"
     assert floor >= azure * (1 - P2P_MARGIN), (floor, azure)
-    assert ("none measured for" in basis) == (name is None or "A100" not in name), basis
+    assert ("none measured for" in basis) == (profile != "a100x8"), basis
+
+
+# NVIDIA's HGX B200 figure (skus.json nv-hgx-b200): 14.4 TB/s of NVLink over 8 GPUs = 1.8 TB/s
+# per GPU both ways, 900 GB/s each way; nvbandwidth reaches 0.92 of the link rate on A100.
+B200_NVLINK_EACH_WAY = 900.0
 
 
 def test_b200_has_a_borrowed_p2p_expectation_and_pcie_and_cpu_hosts_none() -> None:
-    [(expected, _floor, basis), *_] = p2p(_as_sku(_facts("h200x8"), "NVIDIA B200", 18, 53.125))
+    lines = p2p(_facts("b200x8"))
+    assert len(lines) == 8
+    expected, floor, basis = lines[0]
     assert expected == round(18 * 53.125 * 0.92, 1) and "none measured for blackwell" in basis
+    assert 0.9 * B200_NVLINK_EACH_WAY <= expected <= B200_NVLINK_EACH_WAY, expected
+    assert floor <= 0.76 * B200_NVLINK_EACH_WAY, "the floor sits where Azure's sits on H100/H200"
     assert p2p(_facts("pcie-only-8gpu")) == [], "no NVLink: PCIe P2P is not in the catalog"
     assert p2p(dataclasses.replace(_facts("h200x8"), gpus=())) == []
 
@@ -79,7 +88,7 @@ def test_nic_rate_against_the_sku_on_8x_h200(rates: tuple[float, ...], fires: bo
 
 
 def test_an_a100_host_needs_one_200_gbit_port_and_no_port_means_no_line() -> None:
-    a100 = _as_sku(_facts("h200x8"), "NVIDIA A100-SXM4-80GB", 12, 25.0)
+    a100 = _facts("a100x8")
     [line] = [e for e in host_expectations(dataclasses.replace(a100, ib_ports=ports(200.0)))
               if e.metric == "nic_gbps"]
     assert (line.expected, line.measured) == (25.0, 25.0)

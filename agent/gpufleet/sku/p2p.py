@@ -52,7 +52,7 @@ def topo_cell(f: Facts, a: int, b: int) -> str | None:
 
 
 def nvswitch(f: Facts) -> bool:
-    return f.fabric is not None and f.fabric.nvswitch_count > 0
+    return bandwidth.has_nvswitch(f)
 
 
 def pair_expectations(f: Facts, sku_links: Mapping[int, float]) -> list[PairExpectation]:
