@@ -115,6 +115,7 @@ def matrix(torch, devices, nbytes=BYTES, budget_s=BUDGET_S):
     bufs = {d: torch.empty(nbytes, dtype=torch.uint8, device="cuda:%d" % d) for d in devices}
     for d, b in bufs.items():
         b.fill_(d + 1)
+        torch.cuda.synchronize(d)  # the timed copies run on streams of their own
     t0 = time.perf_counter()
     try:
         for dst in devices:
@@ -129,6 +130,7 @@ def matrix(torch, devices, nbytes=BYTES, budget_s=BUDGET_S):
                     continue
                 try:
                     bufs[src][:1].copy_(bufs[dst][:1])  # torch enables dst's access to src
+                    torch.cuda.synchronize(dst)
                     row.update(read_copy(torch, drv, bufs[dst], bufs[src]))
                 except (RuntimeError, DriverError) as e:
                     row["error"] = "%s: %s" % (type(e).__name__, str(e)[:200])
