@@ -170,3 +170,11 @@ def test_the_report_shows_each_gpus_pair_measured_beside_expected(fmt: str) -> N
         assert [x["rule"] for x in doc["findings"]].count("GF544") == 1
     else:
         assert "GPU 1 p2p from GPU 0" in out and "below floor" in out and "27%" in out, out
+
+
+def test_a_crashed_matrix_fails_the_check_and_no_pair_is_judged() -> None:
+    crashed = {"passed": False, "rank": 0, "error": "OutOfMemoryError: CUDA out of memory"}
+    ok, detail, _data = agg_p2p([{"rank": 0, "checks": {"p2p": crashed}}])
+    assert not ok and "crashed on rank(s) 0: OutOfMemoryError" in detail
+    check = SmokeCheck("p2p", False, detail, {"per_rank": {"0": crashed}})
+    assert run(facts(), check) == [], "GF601 names the crash; GF544 judges measured matrices"
