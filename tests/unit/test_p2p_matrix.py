@@ -155,7 +155,7 @@ def test_the_aggregate_counts_pairs_and_says_who_judges() -> None:
     assert one[1] == "no GPU<->GPU copies (one GPU per host)"
 
 
-@pytest.mark.parametrize("fmt", ["table", "markdown", "json"])
+@pytest.mark.parametrize("fmt", ["table", "markdown", "json", "html"])
 def test_the_report_shows_each_gpus_pair_measured_beside_expected(fmt: str) -> None:
     f = facts()
     s = smoke("gpu02", level="full", checks=(matrix(f, lambda s, d: SLOW if d == 1 else FAST),))
@@ -168,6 +168,8 @@ def test_the_report_shows_each_gpus_pair_measured_beside_expected(fmt: str) -> N
         assert [(e["gpu"], e["peer"], e["measured"], e["floor"]) for e in p2p] == [
             (0, 1, FAST, 334.3), (1, 0, SLOW, 334.3)]
         assert [x["rule"] for x in doc["findings"]].count("GF544") == 1
+    elif fmt == "html":  # the page's data: label, metric, ..., measured, expected, floor
+        assert '"GPU 1 p2p from GPU 0","p2p_gbps"' in out and "120.0,439.9,334.3" in out
     else:
         assert "GPU 1 p2p from GPU 0" in out and "below floor" in out and "27%" in out, out
 
