@@ -455,3 +455,31 @@ def test_queue_asks_sacctmgr_only_under_preempt_qos() -> None:
     fake.out = {"scontrol": (0, _qos_config(), ""), "sacctmgr": (0, _qos_text(), "")}
     assert dq.Queue("scavenger", runner=runner).not_preemptible(nodes, qos="scavenger") is None
     assert fake.calls[-1][0] == ["sacctmgr", "-P", "-n", "show", "qos", preempt.QOS_FORMAT]
+
+
+def test_smoke_slurm_save_keeps_the_world_for_coverage(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The multinode deep check's job saves through `smoke --slurm --save`; that flag was
+    dropped without a word before. The allocation's run is stood in for (the real one runs in
+    tests/slurm/test_slurm_deepcheck.py); what is tested is the save and what coverage reads."""
+    from gpufleet.cli import main, sweep  # noqa: PLC0415
+    from gpufleet.history.coverage import coverage  # noqa: PLC0415
+    from gpufleet.history.store import RunStore  # noqa: PLC0415
+    from gpufleet.model import HostResult, HostSpec, SmokeResult  # noqa: PLC0415
+
+    world = SmokeResult(status="pass", backend="gloo", world_size=4, hosts=("dc1", "dc2"))
+
+    def fake_run(variables: object, **_: object) -> tuple[dict[str, HostResult],
+                                                          dict[str, HostSpec]]:
+        return ({n: HostResult(name=n, status="ok", smoke=world) for n in ("dc1", "dc2")},
+                {n: HostSpec(name=n, address=n, connection="local") for n in ("dc1", "dc2")})
+
+    monkeypatch.setattr(sweep, "run_slurm_smoke", fake_run)
+    with pytest.raises(SystemExit):
+        main(["smoke", "--slurm", "--save", str(tmp_path), "--format", "json", "-o",
+              str(tmp_path / "out.json")])
+    entries = RunStore(tmp_path).entries()
+    assert len(entries) == 1 and entries[0]["hosts"]["dc2"]["world"] == 2, entries
+    rows = coverage(entries, ["dc1", "dc2"], {"multinode": timedelta(days=1)},
+                    datetime.now(timezone.utc))
+    assert [r.overdue for r in rows] == [(), ()], rows
