@@ -1,9 +1,13 @@
 """`gpufleet deepcheck` on a real Slurm cluster: a full check submitted to an idle node of the
 scavenger partition is preempted by a real production job at once (requeued, the node goes to
-the production job), runs again once the node is idle, and its save makes the node covered.
+the production job), runs again once the node is idle, and its save makes the node covered;
+then a multinode check over both nodes, preempted and requeued whole the same way, covers both
+at the multinode depth.
 
 Its own small cluster (slurmlib): dc1 and dc2, each in partition gpu (PriorityTier=10) and
-scavenger (PriorityTier=1), with the slurm.conf lines docs/slurm.md says to add, read from it.
+scavenger (PriorityTier=0). The production partition is the line docs/slurm.md shows; the
+scavenger partition and the preemption lines are written by the healthcheck role's
+deep-check partition tasks, and must be the lines docs/slurm.md says to add.
 Both are CPU nodes declared as such (gpufleet_expected_gpu_count: 0), so the full smoke test
 runs its gloo ranks: the same job, script and save a GPU node gets.
 """
@@ -11,6 +15,8 @@ runs its gloo ranks: the same job, script and save a GPU node gets.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -28,22 +34,68 @@ REPO = Path(__file__).resolve().parents[2]
 HOSTS = [("dc1", "no-nvidia-smi", "gpu"), ("dc2", "no-nvidia-smi", "gpu")]
 
 
-def _documented_conf() -> tuple[str, list[str]]:
+def _documented_conf() -> tuple[list[str], str]:
     """The slurm.conf lines docs/slurm.md tells an admin to add ("How to turn it on"), with this
-    cluster's nodes: the settings tested are the settings documented."""
+    cluster's nodes: (every line but the production partition's, that partition's line)."""
     doc = (REPO / "docs" / "slurm.md").read_text()
     block = doc.split("### How to turn it on", 1)[1].split("```ini\n", 1)[1].split("```", 1)[0]
-    lines = [ln for ln in block.splitlines() if ln.strip() and not ln.startswith("#")]
-    parts = [ln.replace("gpu[001-128]", "dc1,dc2") for ln in lines if ln.startswith("Partition")]
-    assert len(parts) == 2 and all("dc1,dc2" in p for p in parts), block
-    return "\n".join(ln for ln in lines if not ln.startswith("Partition")), parts
+    lines = [ln.replace("gpu[001-128]", "dc1,dc2") for ln in block.splitlines()
+             if ln.strip() and not ln.startswith("#")]
+    (gpu,) = [ln for ln in lines if ln.startswith("PartitionName=gpu ")]
+    assert sum(ln.startswith("Partition") for ln in lines) == 2 and "dc1,dc2" in gpu, block
+    return [ln for ln in lines if ln != gpu], gpu
+
+
+def _role_writes_the_partition(c: slurmlib.Cluster) -> None:
+    """The healthcheck role's deep-check partition tasks (issue 28) write the scavenger
+    partition and preemption lines into this cluster's slurm.conf, which holds only the
+    production partition; the role is run twice (the second changes nothing) and refuses, on a
+    copy, an admin's PreemptType=preempt/none, PreemptMode=OFF (in lower case: slurm.conf keys
+    are case-insensitive) and own scavenger partition, in one ansible-playbook run. Slurm then runs
+    the whole test on what the role wrote."""
+    before = c.conf.read_text()
+    conflicting = c.root / "conflicting-slurm.conf"
+    admin = "PreemptType=preempt/none\npreemptmode=off\n"
+    conflicting.write_text(before.replace("ClusterName=", admin + "ClusterName=", 1)
+                           + "PartitionName=scavenger Nodes=dc1 State=UP\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
+    t0 = time.monotonic()
+    play = subprocess.run(
+        [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         "-e", json.dumps({"deepcheck_conf": str(c.conf),
+                           "deepcheck_conflicting_conf": str(conflicting),
+                           "gpufleet_healthcheck_deepcheck_nodes": "dc1,dc2"}),
+         str(REPO / "tests/slurm/playbooks/deepcheck_partition.yml")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
+    print(f"role: deep-check partition written, idempotent, refusal: "
+          f"{time.monotonic() - t0:.1f} s")
+    assert play.returncode == 0, play.stdout[-4000:] + play.stderr[-2000:]
+    after = c.conf.read_text()
+    assert after.startswith(before), "the role changed an admin's line"
+    assert "PreemptType=preempt/none" in conflicting.read_text()
+    assert conflicting.read_text().count("gpufleet deepcheck") == 0, "refused, yet written"
+    documented, _ = _documented_conf()
+    written = after[len(before):].splitlines()
+    assert [ln for ln in written if not ln.startswith("#")] == documented, written
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmlib.Cluster]:
     root = tmp_path_factory.mktemp("slurm-deepcheck")
-    extra, partitions = _documented_conf()
-    c = slurmlib.prepare(root, HOSTS, extra=extra, partitions=partitions)
+    _, gpu = _documented_conf()
+    c = slurmlib.prepare(root, HOSTS, partitions=[gpu])
+    # The multinode check's batch script runs srun on dc1, whose name resolves to 127.0.0.121
+    # in its namespace: under NoInAddrAny srun would listen there, while its messages leave
+    # from 127.0.0.1 (every simulated node shares one loopback), and slurmd connects the
+    # step's I/O back to that source address ("connect io: Connection refused", seen here).
+    # On a real cluster a node's source address is its own. Here every daemon listens on any
+    # address instead (Slurm's default); the slurmds keep their own ports, so they still part.
+    conf = c.conf.read_text()
+    assert "CommunicationParameters=NoInAddrAny\n" in conf
+    c.conf.write_text(conf.replace("CommunicationParameters=NoInAddrAny\n", ""))
+    _role_writes_the_partition(c)
     (root / "expect.yml").write_text(yaml.safe_dump({
         "gpufleet_expected_gpu_count": 0, "gpufleet_smoke_runtime": "host",
         "gpufleet_smoke_python": sys.executable}))
@@ -166,5 +218,63 @@ def test_preempted_deep_check_is_requeued_and_later_covers_the_node(
     assert by_node["dc2"]["decision"] == "submit", by_node
     assert by_node["dc1"]["decision"] == "skip"
     assert by_node["dc1"]["why"].startswith("covered "), by_node["dc1"]
+    print(f"deepcheck lab test, full checks: {time.monotonic() - t_start:.1f} s")
+    _multinode_check_is_requeued_and_covers_both_nodes(cluster)
     print(f"deepcheck lab test: {time.monotonic() - t_start:.1f} s")
+
+
+def _multinode_check_is_requeued_and_covers_both_nodes(cluster: slurmlib.Cluster) -> None:
+    """The multinode deep check (issue 28: multinode rails daily), on the same cluster right
+    after the full checks: one `smoke --slurm` job over both idle nodes, preempted by a real
+    job on one of them and requeued whole, then both nodes covered at the multinode depth."""
+    t0 = time.monotonic()
+    # --cooldown 1s: dc1 passed its full check a minute ago; the default 6 h would hold it.
+    opts = ("--multinode-goal", "1d", "--cooldown", "1s", "--multinode-smoke-timeout", "120")
+    code, plan = _deepcheck(cluster, *opts)
+    assert code == 0, plan
+    multi = {ch["node"]: ch for ch in plan["multinode"]}
+    assert [multi[n]["decision"] for n in ("dc1", "dc2")] == ["submit", "submit"], multi
+    assert multi["dc1"]["group"] == multi["dc2"]["group"] == ["dc1", "dc2"], multi
+    assert multi["dc1"]["why"] == "never passed a multinode check"
+    job = multi["dc1"]["job"]
+    assert job and multi["dc2"]["job"] == job, multi
+    full = {ch["node"]: ch for ch in plan["choices"]}
+    assert full["dc2"]["decision"] == "skip", full  # due, but in the multinode check
+    assert full["dc2"]["why"] == "in this run's multinode check (dc1, dc2)", full["dc2"]
+    info = _job(cluster, job)
+    # NumNodes reads "2-2" (min-max) while the job is pending.
+    assert info["JobName"] == "gpufleet-deepcheck-multinode", info
+    assert info["NumNodes"].split("-")[0] == "2" and info["ReqNodeList"] == "dc[1-2]", info
+    assert info["Partition"] == "scavenger" and info["Requeue"] == "1", info
+    _until("the multinode check running", lambda: _job(cluster, job).get("JobState") ==
+           "RUNNING", cluster, 60)
+
+    prod = cluster.run(["sbatch", "--parsable", "-p", "gpu", "-w", "dc2", "-o", "/dev/null",
+                        "--wrap", "sleep 2"])
+    assert prod.returncode == 0, prod.stderr
+    took = _until("the production job running on dc2",
+                  lambda: _job(cluster, prod.stdout.strip()).get("JobState") in (
+                      "RUNNING", "COMPLETED"), cluster, 30)
+    info = _job(cluster, job)
+    assert info["JobState"] in ("PENDING", "REQUEUED", "REQUEUE_HOLD"), info
+    assert int(info["Restarts"]) == 1, info
+    # Requeued, its nodes still count as taken (squeue's compressed dc[1-2], expanded).
+    _, again = _deepcheck(cluster, *opts, "--dry-run")
+    assert {ch["node"]: ch["job"] for ch in again["multinode"]} == {"dc1": job, "dc2": job}
+    assert {ch["node"]: ch["job"] for ch in again["choices"]} == {"dc1": job, "dc2": job}
+    res = cluster.run(["scontrol", "update", f"JobId={job}", "StartTime=now"])
+    assert res.returncode == 0, res.stderr
+    _until("the requeued multinode check completed",
+           lambda: _job(cluster, job).get("JobState") in ("COMPLETED", "FAILED"), cluster, 240)
+    log = next((cluster.root / "joblogs").glob(f"*-{job}.out"), None)
+    assert _job(cluster, job)["JobState"] == "COMPLETED", log and log.read_text()[-3000:]
+
+    cov = cluster.run([str(VENV_BIN / "gpufleet"), "coverage", "--store",
+                       str(cluster.root / "store"), "--goal", "full=7d", "--goal",
+                       "multinode=1d", "--format", "json", "dc1", "dc2"])
+    rows = {r["host"]: r for r in json.loads(cov.stdout)["nodes"]}
+    assert all(rows[n]["age_s"]["multinode"] is not None for n in ("dc1", "dc2")), rows
+    assert rows["dc1"]["overdue"] == [] and rows["dc2"]["overdue"] == ["full"], rows
+    print(f"multinode check: production job started {took:.1f} s after submission; "
+          f"{time.monotonic() - t0:.1f} s in all")
 

@@ -1,5 +1,6 @@
-"""`gpufleet deepcheck`: submit preemptible full checks to idle Slurm nodes (engines/slurm/
-deepcheck.py decides; this module reads the store and Slurm, submits, and prints the plan)."""
+"""`gpufleet deepcheck`: submit preemptible full and multinode checks to idle Slurm nodes
+(engines/slurm/deepcheck.py decides, deepqueue.py talks to Slurm; this module reads the store
+and Slurm, submits, and prints the plan)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from gpufleet.cli import options
 from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, UsageError
 from gpufleet.cli.output import Output
 from gpufleet.engines.slurm import deepcheck as dc
+from gpufleet.engines.slurm import deepqueue as dq
 from gpufleet.engines.slurm.drain import SlurmError
 from gpufleet.history import coverage as cov
 from gpufleet.history.store import RunStore, StoreError
-from gpufleet.smoke.levels import LEVELS
+from gpufleet.smoke.levels import LEVELS, SMOKE_LEVELS
 
 
 def _duration(text: str) -> timedelta:
@@ -55,7 +57,21 @@ def add(sub: Any) -> None:
                    help="no new deep check on a node within this time of its last one "
                         "(default 6h)")
     p.add_argument("--max-jobs", type=options.positive(int), default=4, metavar="K",
-                   help="deep-check jobs in the queue at once, at most (default 4)")
+                   help="deep-check jobs (of both kinds) in the queue at once, at most "
+                        "(default 4)")
+    p.add_argument("--multinode-goal", type=_duration, metavar="DURATION",
+                   help="also submit multinode checks (smoke --slurm on groups of idle "
+                        "nodes) so each node passes one this often, e.g. 1d (default: none)")
+    p.add_argument("--multinode-nodes", type=options.positive(int), default=2, metavar="N",
+                   help="nodes per multinode check (default 2)")
+    p.add_argument("--multinode-level", choices=SMOKE_LEVELS, default="quick",
+                   help="the multinode check's smoke level (default quick)")
+    p.add_argument("--qos", metavar="NAME",
+                   help="the QOS the jobs run under (sbatch --qos); needed under "
+                        "PreemptType=preempt/qos")
+    p.add_argument("--production-qos", metavar="NAME,NAME", default="",
+                   help="under preempt/qos: the QOS real jobs run under, each must preempt "
+                        "--qos (default: every other QOS sacctmgr lists)")
     p.add_argument("--command", default="gpufleet", metavar="PATH",
                    help="gpufleet on the nodes (default: gpufleet on their PATH)")
     p.add_argument("--expect", type=Path, metavar="FILE",
@@ -67,6 +83,9 @@ def add(sub: Any) -> None:
                    default=LEVELS["full"].timeout_s, metavar="S",
                    help="the job's smoke timeout (default 1800); its Slurm time limit adds "
                         "five minutes")
+    p.add_argument("--multinode-smoke-timeout", type=options.positive(float), metavar="S",
+                   help="the multinode job's smoke timeout (default: its level's, 300 for "
+                        "quick); its Slurm time limit adds five minutes")
     p.add_argument("--log-dir", type=Path, metavar="DIR",
                    help="the jobs' output files go there (default Slurm's)")
     p.add_argument("--dry-run", action="store_true",
@@ -75,31 +94,44 @@ def add(sub: Any) -> None:
     p.set_defaults(run=cmd_deepcheck)
 
 
-def _render(choices: list[dc.Choice], s: dc.Settings, fleet: int, dry: bool) -> str:
+def _table(choices: list[dc.Choice], last: str) -> list[str]:
+    width = max([len(c.node) for c in choices] + [4])
+    lines = [f"{'node':<{width}}  {'decision':<8}  {'job':>8}  {last:>9}  why"]
+    for c in choices:
+        with_ = f" (with {', '.join(n for n in c.group if n != c.node)})" if c.group else ""
+        lines.append(f"{c.node:<{width}}  {c.decision:<8}  {c.job or '-':>8}  "
+                     f"{cov.fmt_age(c.age_s):>9}  {redact.text(c.why + with_)}")
+    return lines
+
+
+def _render(choices: list[dc.Choice], s: dc.Settings, fleet: int, dry: bool,
+            multi: list[dc.Choice] | None = None) -> str:
     wanted = sum(c.decision == "submit" for c in choices)
     head = (f"gpufleet deepcheck: partition {redact.text(s.partition)}, {fleet} node(s), full "
             f"check every {cov.fmt_age(s.goal.total_seconds())}, run every "
             f"{cov.fmt_age(s.every.total_seconds())}: {dc.budget(fleet, s)} per run; "
             + (f"would submit {wanted}" if dry else f"submitted {wanted}"))
-    width = max([len(c.node) for c in choices] + [4])
-    lines = [head, f"{'node':<{width}}  {'decision':<8}  {'job':>8}  {'last full':>9}  why"]
-    for c in choices:
-        lines.append(f"{c.node:<{width}}  {c.decision:<8}  {c.job or '-':>8}  "
-                     f"{cov.fmt_age(c.age_s):>9}  {redact.text(c.why)}")
+    lines = [head, *_table(choices, "last full")]
+    if multi and s.multinode_goal is not None:
+        jobs = len({c.group for c in multi if c.decision == "submit"})
+        lines += ["", f"multinode check ({s.multinode_nodes} nodes per job) every "
+                      f"{cov.fmt_age(s.multinode_goal.total_seconds())}: "
+                      f"{dc.multinode_budget(fleet, s)} job(s) per run; "
+                      + (f"would submit {jobs}" if dry else f"submitted {jobs}"),
+                  *_table(multi, "last multi")]
     return "\n".join(lines) + "\n"
 
 
-def cmd_deepcheck(args: argparse.Namespace) -> int:
-    if args.store is None:
-        raise UsageError("deepcheck: say where the runs are: --store DIR (or $GPUFLEET_STORE)")
-    store_dir = Path(args.store).absolute()  # the jobs run elsewhere: the path must be whole
-    s = dc.Settings(args.partition, args.goal, args.every, args.cooldown, args.max_jobs)
-    store = RunStore(store_dir)
-    queue = dc.Queue(args.partition)
+def _read(args: argparse.Namespace, store: RunStore, queue: dq.Queue
+          ) -> tuple[list[Any], dict[str, Any], dict[str, str]]:
+    """The store's entries and Slurm's nodes and queue, refused (exit 2) when a real job would
+    not preempt a deep check at once."""
+    production = [q for q in args.production_qos.split(",") if q]
     try:
         entries = store.entries()
         nodes, queued = queue.nodes(), queue.queued()
-        unsafe = queue.not_preemptible(nodes) if nodes else None
+        unsafe = (queue.not_preemptible(nodes, qos=args.qos, production=production)
+                  if nodes else None)
     except StoreError as exc:
         raise UsageError(f"run store: {exc}") from exc
     except SlurmError as exc:
@@ -111,30 +143,69 @@ def cmd_deepcheck(args: argparse.Namespace) -> int:
     if unsafe is not None:  # a check that real jobs must wait for is worse than none
         raise UsageError(f"deepcheck: refusing to submit: {unsafe} (docs/slurm.md, \"How to "
                          "turn it on\")")
-    now = datetime.now(timezone.utc)
-    rows = cov.coverage(entries, sorted(nodes), {"full": s.goal}, now)
-    ages = {r.host: r.age_s["full"] for r in rows}
-    choices = dc.plan(dc.Inputs(nodes, queued, ages, cov.last_run(entries, "full")), s, now)
+    return entries, nodes, queued
+
+
+def _submit(args: argparse.Namespace, s: dc.Settings, queue: dq.Queue, store_dir: Path, *,
+            choices: list[dc.Choice], multi: list[dc.Choice]) -> int:
+    """sbatch for every submit decision, one job per node or per multinode group; the job ids
+    go into the choices. Returns how many sbatch calls failed (their nodes become skips)."""
+    full = dq.job_script(args.command, store_dir, expect=args.expect, drain=args.slurm_drain,
+                         smoke_timeout=args.smoke_timeout)
+    group_timeout = args.multinode_smoke_timeout or LEVELS[args.multinode_level].timeout_s
+    group = dq.multinode_script(args.command, store_dir, expect=args.expect,
+                                level=args.multinode_level, smoke_timeout=group_timeout)
     failed = 0
-    if not args.dry_run:
-        script = dc.job_script(args.command, store_dir, expect=args.expect,
-                               drain=args.slurm_drain, smoke_timeout=args.smoke_timeout)
-        minutes = int(args.smoke_timeout // 60) + 5
-        for i, c in enumerate(choices):
+    jobs: dict[tuple[str, ...], str | Exception] = {}
+    for rows in (multi, choices):
+        for i, c in enumerate(rows):
             if c.decision != "submit":
                 continue
-            try:
-                job = queue.submit(dc.sbatch_argv(c.node, s, minutes=minutes,
-                                                  log_dir=args.log_dir), script)
-                choices[i] = replace(c, job=job)
-            except SlurmError as exc:
-                failed += 1
-                choices[i] = replace(c, decision="skip", why=f"sbatch failed: {exc}")
+            nodes = c.group or (c.node,)
+            if nodes not in jobs:
+                secs = group_timeout if c.group else args.smoke_timeout
+                try:
+                    jobs[nodes] = queue.submit(dq.sbatch_argv(
+                        nodes, s, minutes=int(secs // 60) + 5, log_dir=args.log_dir,
+                        qos=args.qos), group if c.group else full)
+                except SlurmError as exc:
+                    failed += 1
+                    jobs[nodes] = exc
+            got = jobs[nodes]
+            rows[i] = (replace(c, job=got) if isinstance(got, str) else
+                       replace(c, decision="skip", why=f"sbatch failed: {got}"))
+    return failed
+
+
+def cmd_deepcheck(args: argparse.Namespace) -> int:
+    if args.store is None:
+        raise UsageError("deepcheck: say where the runs are: --store DIR (or $GPUFLEET_STORE)")
+    if args.multinode_nodes < 2:
+        raise UsageError("deepcheck: --multinode-nodes takes 2 or more")
+    store_dir = Path(args.store).absolute()  # the jobs run elsewhere: the path must be whole
+    s = dc.Settings(args.partition, args.goal, args.every, args.cooldown, args.max_jobs,
+                    args.multinode_goal, args.multinode_nodes)
+    store = RunStore(store_dir)
+    queue = dq.Queue(args.partition)
+    entries, nodes, queued = _read(args, store, queue)
+    now = datetime.now(timezone.utc)
+    goals = {"full": s.goal, **({"multinode": s.multinode_goal} if s.multinode_goal else {})}
+    rows = cov.coverage(entries, sorted(nodes), goals, now)
+    got = dc.Inputs(nodes, queued, {r.host: r.age_s["full"] for r in rows},
+                    cov.last_deep(entries), {r.host: r.age_s["multinode"] for r in rows})
+    multi = dc.plan_multinode(got, s, now)
+    choices = dc.plan(got, s, now, taken=multi)
+    failed = 0 if args.dry_run else _submit(args, s, queue, store_dir,
+                                                      choices=choices, multi=multi)
     if args.format == "json":
         doc = {"partition": s.partition, "dry_run": bool(args.dry_run), "nodes": len(nodes),
                "per_run": dc.budget(len(nodes), s), "goal_s": s.goal.total_seconds(),
                "choices": [asdict(c) for c in choices]}
+        if s.multinode_goal is not None:
+            doc |= {"multinode_goal_s": s.multinode_goal.total_seconds(),
+                    "multinode_per_run": dc.multinode_budget(len(nodes), s),
+                    "multinode": [asdict(c) for c in multi]}
         Output().write(json.dumps(redact.clean(doc), indent=2) + "\n")
     else:
-        Output().write(_render(choices, s, len(nodes), args.dry_run))
+        Output().write(_render(choices, s, len(nodes), args.dry_run, multi))
     return EXIT_FINDINGS if failed else EXIT_OK

@@ -127,19 +127,25 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     report = judge(Report(hosts=results, specs={s.name: s for s in specs},
                           generated_at=options.now(), level=args.level))
-    doc = document(report)
-    if args.save is not None:
-        report, doc = saved.with_history(report, args.save)
-        # Saved before it is rendered: a renderer that fails on some host's data must not
-        # throw away a run (up to 30 min at --level full) that --save was meant to keep.
-        try:
-            path = RunStore(args.save).save(doc)
-        except StoreError as exc:
-            raise UsageError(f"cannot save the report: {exc}") from exc
-        print(f"gpufleet: saved {path}", file=sys.stderr)
+    report, doc = _saved(report, args.save)
     Output(args.output).render(doc, args.format)
     _note_no_gpu(results)
     return exit_code(report.findings, args.fail_on)
+
+
+def _saved(report: Report, store: Path | None) -> tuple[Report, dict[str, Any]]:
+    """The report (with its history findings when saved) and its document, saved into
+    `store` first: a renderer that fails on some host's data must not throw away a run (up to
+    30 min at --level full) that --save was meant to keep."""
+    if store is None:
+        return report, document(report)
+    report, doc = saved.with_history(report, store)
+    try:
+        path = RunStore(store).save(doc)
+    except StoreError as exc:
+        raise UsageError(f"cannot save the report: {exc}") from exc
+    print(f"gpufleet: saved {path}", file=sys.stderr)
+    return report, doc
 
 
 def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
@@ -154,7 +160,10 @@ def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     report = judge(Report(hosts=results, specs=specs, generated_at=options.now(),
                           level=args.level))
-    Output(args.output).render(document(report), args.format)
+    # --save: each node's run store entry records the world it passed in (coverage's
+    # multinode depth; deepcheck's multinode jobs save so).
+    report, doc = _saved(report, args.save)
+    Output(args.output).render(doc, args.format)
     return exit_code(report.findings, args.fail_on)
 
 

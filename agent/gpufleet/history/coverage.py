@@ -54,6 +54,11 @@ def _when(text: str) -> datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
+def _world(s: Mapping[str, Any]) -> int:
+    w = s.get("world")
+    return w if isinstance(w, int) else 1
+
+
 def _covers(entry: Mapping[str, Any], s: Mapping[str, Any]) -> set[str]:
     """The depths one index entry's host summary proves."""
     if s.get("status") != "ok":
@@ -62,7 +67,7 @@ def _covers(entry: Mapping[str, Any], s: Mapping[str, Any]) -> set[str]:
     rank = _LEVEL_RANK.get(str(entry.get("level")), 0)
     if rank >= 1 and s.get("smoke") == "pass":
         got |= {d for d, r in _LEVEL_RANK.items() if r <= rank}
-        if int(s.get("world") or 1) > 1:
+        if _world(s) > 1:
             got.add("multinode")
     return got
 
@@ -110,6 +115,21 @@ def last_run(entries: Sequence[Mapping[str, Any]], level: str) -> dict[str, date
             continue
         for host in e.get("hosts") or {}:
             if host not in out or out[host] < t:
+                out[host] = t
+    return out
+
+
+def last_deep(entries: Sequence[Mapping[str, Any]]) -> dict[str, datetime]:
+    """host -> time of its newest deep check, whatever the outcome: a run at the full level,
+    or a smoke world of more than one host (deepcheck's cool-down starts at either)."""
+    out = last_run(entries, "full")
+    for e in entries:
+        t = _when(str(e.get("generated_at") or ""))
+        if t is None:
+            continue
+        for host, s in (e.get("hosts") or {}).items():
+            if (isinstance(s, Mapping) and _world(s) > 1
+                    and (host not in out or out[host] < t)):
                 out[host] = t
     return out
 
