@@ -238,6 +238,15 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                      "fails; what the links share does (the GPU's NVLink logic; on an NVSwitch "
                      "baseboard the switches and the fabric manager). Per-link repeats are "
                      "NVIDIA's (WORKFLOW_NVLINK_ERR); this reading of a spread is gpufleet's."),
+    RuleInfo("GF435", "error", "the node keeps coming back from remediations",
+             "stop remediating {host}: the resets, reboots and reinstalls do not hold. Collect "
+             "the evidence (`ansible-playbook gpufleet.gpu.collect_bug_report -l {host}`, then "
+             "`gpufleet rma-bundle {host}`) and open a case with the vendor",
+             meaning="Over the saved runs: the node was re-tested after a remediation rung "
+                     "(its Slurm lifecycle went from re-validating, GF903 or GF907) 5 times "
+                     "within 7 days (NVIDIA NVSentinel's MultipleRemediations: 5 in 7 days -> "
+                     "CONTACT_SUPPORT); `gpufleet_remediation_limit` sets the count. The node "
+                     "is held for RMA (GF906)."),
     # GF45x: the RDMA fabric (GF450-GF452 rules/fabric.py; GF455-GF459 rules/fabric_delta.py,
     # with the thresholds and their sources)
     RuleInfo("GF450", "error", "RDMA port down",

@@ -1,5 +1,6 @@
-"""GF430-GF434: Xids that escalate over time, counted per GPU over this run and the saved runs
-(`--save DIR`, the run store), so the tenth Xid of a week no longer reads like the first.
+"""GF430-GF435: Xids (and remediations) that escalate over time, counted per GPU over this run
+and the saved runs (`--save DIR`, the run store), so the tenth Xid of a week no longer reads like
+the first.
 
 An event is counted once however many saved runs show it (the same kernel log line reappears in
 every run while the ring buffer keeps it): its key is (host, xid, bus, timestamp, message), its
@@ -19,6 +20,11 @@ The default limits are published practice (docs/xid.md, "Escalation"):
   design for the workflow queries, NVIDIA/NVSentinel docs/designs/019-workflow-nvlink-err.md). Xid
   74 on several links of one GPU with none repeating is not a link: what the links share (the
   GPU's NVLink logic; on a baseboard the NVSwitches and the fabric manager) is the suspect.
+- remediations: NVSentinel's MultipleRemediations, 5 remediated faults of one node within 7 days
+  -> CONTACT_SUPPORT (NVIDIA/NVSentinel@09dfc8f9:distros/kubernetes/nvsentinel/charts/
+  health-events-analyzer/values.yaml, `$count >= 5` over 604800 s). A remediation here is one
+  re-test after a remediation rung: a saved run whose Slurm lifecycle finding (GF90x) took the
+  node from re-validating (engines/slurm/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -36,10 +42,10 @@ from gpufleet.probes.kernel_log import nvlink_of
 from gpufleet.rules import xid as xids
 from gpufleet.rules.base import finding
 
-RULES: tuple[str, ...] = ("GF430", "GF431", "GF432", "GF433", "GF434")
+RULES: tuple[str, ...] = ("GF430", "GF431", "GF432", "GF433", "GF434", "GF435")
 # The hardware, not something another reset or reboot fixes: a node gpufleet drains for one of
 # these is held for RMA (engines/slurm/lifecycle.py) and never resumed by gpufleet.
-RMA_RULES: frozenset[str] = frozenset({"GF430", "GF432", "GF433"})
+RMA_RULES: frozenset[str] = frozenset({"GF430", "GF432", "GF433", "GF435"})
 NVLINK_XID = 74
 
 _GPC_TPC = re.compile(r"\(GPC (\d+), TPC (\d+)")
@@ -58,6 +64,8 @@ class Limits:
     reboot_days: float = 7.0
     xid74_link_count: int = 3  # "more than 2 times on the same link"
     xid74_hours: float = 24.0
+    remediation_limit: int = 5  # re-tests after a remediation within the window -> RMA
+    remediation_days: float = 7.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ def _run_time(doc: Mapping[str, Any]) -> datetime:
 
 def events(docs: Iterable[Mapping[str, Any]]) -> list[_Seen]:
     """Every distinct Xid event of these report documents, oldest run first."""
-    seen: dict[tuple[str, int, str, str, str], _Seen] = {}
+    seen: dict[tuple[str, int, str, str, str, str | None], _Seen] = {}
     for doc in sorted(docs, key=lambda d: str(d.get("generated_at") or "")):
         at = _run_time(doc)
         for host, h in (doc.get("hosts") or {}).items():
@@ -102,9 +110,11 @@ def events(docs: Iterable[Mapping[str, Any]]) -> list[_Seen]:
                 # Saved before the fact existed: the link is in the message all the same.
                 link = ev.get("nvlink")
                 link = link if isinstance(link, int) else nvlink_of(code, msg)
-                seen.setdefault((host, code, bus, stamp, msg), _Seen(
-                    host, code, bus, msg, _when(stamp, at), link,
-                    boot if ev.get("this_boot") is True else None))
+                # A ring buffer's stamp is seconds since that boot: the same line in two
+                # boots is two events.
+                this = boot if ev.get("this_boot") is True else None
+                seen.setdefault((host, code, bus, stamp, msg, this), _Seen(
+                    host, code, bus, msg, _when(stamp, at), link, this))
     return list(seen.values())
 
 
@@ -122,7 +132,8 @@ def limits_for(expect: Expectations | None) -> Limits:
         xid13_31_count=expect.xid13_31_limit or base.xid13_31_count,
         xid74_link_count=expect.xid74_link_limit or base.xid74_link_count,
         reboot_limit=base.reboot_limit if expect.xid_reboot_limit is None
-        else expect.xid_reboot_limit)
+        else expect.xid_reboot_limit,
+        remediation_limit=expect.remediation_limit or base.remediation_limit)
 
 
 def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
@@ -143,7 +154,39 @@ def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
         out += _gpc(host, bus, evs, lim, now)
         out += _reboots(host, bus, evs, lim, now)
         out += _nvlinks(host, bus, evs, lim, now)
+    for host in sorted(hosts):
+        out += _remediations(host, [*prior, current], per_host(host), now)
     return out
+
+
+def _remediations(host: str, docs: Sequence[Mapping[str, Any]], lim: Limits,
+                  now: datetime) -> list[Finding]:
+    """GF435: the node came back from a remediation rung `remediation_limit` times within the
+    window (one per saved run whose GF90x finding says lifecycle.from == re-validating): the
+    rungs do not fix it, the hardware is the suspect."""
+    retests = set()
+    for doc in docs:
+        at = _run_time(doc)
+        for f in doc.get("findings") or []:
+            if not isinstance(f, Mapping) or host not in (f.get("hosts") or []):
+                continue  # a saved file is input too
+            life = (f.get("evidence") or {}).get("lifecycle")
+            if (isinstance(life, Mapping) and life.get("from") == "re-validating"
+                    and now - at <= timedelta(days=lim.remediation_days)):
+                retests.add(at)
+    if len(retests) < lim.remediation_limit:
+        return []
+    runs = sorted(retests)
+    return [finding(
+        "GF435", [host],
+        f"{host}: re-tested after a remediation {len(runs)} times within "
+        f"{lim.remediation_days:g} days (limit {lim.remediation_limit}): the remediations do "
+        "not hold, the hardware is the suspect",
+        {"count": len(runs), "first": runs[0].isoformat(), "last": runs[-1].isoformat(),
+         "limit": lim.remediation_limit, "window_days": lim.remediation_days,
+         "subject": host,
+         "source": "NVIDIA/NVSentinel health-events-analyzer MultipleRemediations (5 within "
+                   "7 days -> CONTACT_SUPPORT)"})]
 
 
 def _evidence(host: str, bus: str, evs: Sequence[_Seen], **more: object) -> dict[str, object]:
@@ -273,7 +316,8 @@ def escalation_findings(current: Mapping[str, Any], entries: Sequence[Mapping[st
 
     base = Limits()  # the windows are not per host
     horizon = _run_time(current) - timedelta(
-        hours=max(base.repeat_hours, base.xid13_31_hours, base.reboot_days * 24))
+        hours=max(base.repeat_hours, base.xid13_31_hours, base.reboot_days * 24,
+                  base.remediation_days * 24))
     prior = [load(e) for e in entries if _when(str(e.get("generated_at") or ""), horizon)
              >= horizon]
     return escalate(current, prior, limits)
