@@ -221,3 +221,26 @@ def test_gf435_five_remediations_in_a_week_send_the_node_to_rma(
                           "evidence": {"lifecycle": {"from": "in service", "to": "drained"}},
                           "remediation": ""}] * 5
     assert "GF435" not in _rules(now, [plain, *runs[1:]])
+
+
+def test_gf432_counts_the_drivers_own_ask_for_a_reboot(facts: dict[str, Facts]) -> None:
+    """The driver's recovery action Reboot (NVML NODE_REBOOT) is an ask for a reboot even when
+    the Xids it follows are not reboot-class (profile recovery-reboot: Xid 31, then Xid 154).
+    Three boots in which it still asks: RMA. (Seen on the fleet's reboot test: GF432 ignored the
+    driver, so such a GPU was rebooted forever.)"""
+    from gpufleet.model import GpuRecovery  # noqa: PLC0415
+
+    base = facts["h200x2"]
+    asks = (GpuRecovery("00000000:00:06.0", "node_reboot", "Reboot"),
+            GpuRecovery(BUS, "none", "None"))
+    docs = [_doc(dataclasses.replace(base, gpu_recovery=asks, xid_events=(),
+                                     boot_id=f"b7e0c1a4-0000-4000-8000-00000000000{h}"),
+                 f"2026-11-30T0{h}:00:00Z") for h in (1, 2, 3)]
+    (rma,) = _rules(docs[-1], docs[:-1])["GF432"]
+    assert rma["bus_id"] == "00000000:00:06.0" and rma["count"] == 3
+    assert rma["asked_by_driver"] == 3 and len(rma["boot_ids"]) == 3
+    assert "GF432" not in _rules(docs[-1], docs[1:-1])  # two boots: within gpud's limit
+    one_boot = [_doc(dataclasses.replace(base, gpu_recovery=asks, boot_id=docs[0]["hosts"]
+                                         ["gpu07"]["facts"]["boot_id"]),  # type: ignore[index]
+                     f"2026-11-30T0{h}:00:00Z") for h in (1, 2, 3)]
+    assert "GF432" not in _rules(one_boot[-1], one_boot[:-1])  # one boot asking three times

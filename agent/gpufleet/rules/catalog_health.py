@@ -210,11 +210,12 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF432", "error", "the GPU still asks for a reboot after the reboot limit",
              "stop rebooting {host}: drain it, collect `nvidia-bug-report.sh` and send the GPU "
              "at {bus} for inspection/RMA",
-             meaning="Over this run and the saved runs: a GPU logged Xids whose catalog action "
-                     "is a reboot in more than 2 boots within 7 days (gpud's "
-                     "DefaultRebootThreshold = 2: HARDWARE_INSPECTION). A boot is a distinct "
-                     "`boot_id` of the runs whose dmesg logged it, however many such Xids one "
-                     "boot logged; an event of unknown boot (journald) counts once on its own."),
+             meaning="Over this run and the saved runs: a GPU asked for a reboot (Xids whose "
+                     "catalog action is a reboot, or the driver's GPU Recovery Action Reboot) "
+                     "in more than 2 boots within 7 days (gpud's DefaultRebootThreshold = 2: "
+                     "HARDWARE_INSPECTION). A boot is a distinct `boot_id` of the runs that saw "
+                     "the ask, however many asks one boot logged; an event of unknown boot "
+                     "(journald) counts once on its own."),
     RuleInfo("GF433", "error", "Xid 74 again and again on the same NVLink",
              "drain {host}: NVLink {link} of the GPU at {bus} keeps failing. Reseat what that "
              "link runs through (baseboard connector or bridge), collect the bug report "

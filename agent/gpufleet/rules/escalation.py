@@ -147,12 +147,17 @@ def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
     for e in events([*prior, current]):
         if e.host in hosts:
             by_gpu[(e.host, e.bus)].append(e)
+    driver = driver_reboot_asks([*prior, current])
+    for key in driver:
+        by_gpu.setdefault(key, [])
     out: list[Finding] = []
     for (host, bus), evs in sorted(by_gpu.items()):
+        if host not in hosts:
+            continue
         lim = per_host(host)
         out += _repeats(host, bus, evs, lim, now)
         out += _gpc(host, bus, evs, lim, now)
-        out += _reboots(host, bus, evs, lim, now)
+        out += _reboots(host, bus, evs, lim, now, driver=driver.get((host, bus), {}))
         out += _nvlinks(host, bus, evs, lim, now)
     for host in sorted(hosts):
         out += _remediations(host, [*prior, current], per_host(host), now)
@@ -240,30 +245,66 @@ def _gpc(host: str, bus: str, evs: Sequence[_Seen], lim: Limits, now: datetime) 
     return out
 
 
-def _reboots(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
-             now: datetime) -> list[Finding]:
-    """A GPU asks for a reboot once per boot, however many reboot-class Xids that boot logged:
-    the asks are the distinct boot ids (fact `boot_id`) of the runs that saw one. Past the limit
-    the reboots did not help. An event whose boot is unknown (journald spans boots; a run saved
-    before the fact) counts as one ask of its own, as each distinct event did before."""
-    asks: dict[object, list[_Seen]] = defaultdict(list)
+def driver_reboot_asks(docs: Iterable[Mapping[str, Any]]
+                       ) -> dict[tuple[str, str], dict[tuple[str, str], datetime]]:
+    """(host, bus) -> {("boot", boot id) or ("run", run time) when the boot is unknown: the
+    first run time} of the runs in which the
+    driver itself asked for a node reboot (fact `gpu_recovery`, NVML's NODE_REBOOT): the
+    driver's verdict comes first, as it does for GF405, and a GPU can ask that way with no
+    reboot-class Xid at all (an Xid 31 followed by Xid 154)."""
+    out: dict[tuple[str, str], dict[tuple[str, str], datetime]] = defaultdict(dict)
+    for doc in docs:
+        at = _run_time(doc)
+        for host, h in (doc.get("hosts") or {}).items():
+            facts = h.get("facts") or {}
+            boot = facts.get("boot_id") if isinstance(facts.get("boot_id"), str) else None
+            for r in facts.get("gpu_recovery") or []:
+                if isinstance(r, Mapping) and r.get("action") == "node_reboot":
+                    seen = out[(host, str(r.get("bus_id") or "?"))]
+                    key = ("boot", boot) if boot else ("run", at.isoformat())
+                    seen[key] = min(seen.get(key, at), at)
+    return dict(out)
+
+
+def _reboots(host: str, bus: str, evs: Sequence[_Seen], lim: Limits, now: datetime, *,
+             driver: Mapping[tuple[str, str], datetime]) -> list[Finding]:
+    """A GPU asks for a reboot once per boot, however many reboot-class Xids that boot logged
+    and whether the Xid or the driver's recovery action (`driver`) asked: the asks are the
+    distinct boot ids (fact `boot_id`) of the runs that saw one. Past the limit the reboots did
+    not help. An event whose boot is unknown (journald spans boots; a run saved before the fact)
+    counts as one ask of its own, as each distinct event did before."""
+    window = timedelta(days=lim.reboot_days)
+    asks: dict[object, datetime] = {}
+    codes: set[int] = set()
     for e in _within(evs, lim.reboot_days * 24, now):
         if xids.verdict(e.xid).need == "reboot":
-            asks[("boot", e.boot) if e.boot else ("event", e)].append(e)
+            key: object = ("boot", e.boot) if e.boot else ("event", e)
+            asks[key] = min(asks.get(key, e.when), e.when)
+            codes.add(e.xid)
+    by_driver = 0
+    for key, when in driver.items():
+        if now - when <= window:
+            by_driver += key not in asks
+            asks[key] = min(asks.get(key, when), when)
     if len(asks) <= lim.reboot_limit:
         return []
-    first = sorted((min(v, key=lambda e: e.when) for v in asks.values()), key=lambda e: e.when)
-    boots = sorted({e.boot for e in first if e.boot})
+    whens = sorted(asks.values())
+    boots = sorted(str(k[1]) for k in asks if isinstance(k, tuple) and k[0] == "boot")
+    what = [f"Xid {', '.join(map(str, sorted(codes)))}"] if codes else []
+    what += ["the driver's recovery action Reboot"] if by_driver or not codes else []
     return [finding(
         "GF432", [host],
         f"{host}: the GPU at {bus} asked for a reboot in {len(asks)} boots within "
-        f"{lim.reboot_days:g} days (Xid {', '.join(sorted({str(e.xid) for e in first}))}); "
-        f"after {lim.reboot_limit} reboots it is the hardware",
-        _evidence(host, bus, first, limit=lim.reboot_limit, window_days=lim.reboot_days,
-                  boot_ids=boots, boots_unknown=len(first) - len(boots),
-                  counted_by="boot id" if len(boots) == len(first) else
-                  "boot id, else each distinct event (boot unknown)",
-                  source="leptonai/gpud DefaultRebootThreshold = 2 (HARDWARE_INSPECTION)"),
+        f"{lim.reboot_days:g} days ({'; '.join(what)}); after {lim.reboot_limit} reboots it is "
+        "the hardware",
+        {"bus_id": bus, "count": len(asks), "first": whens[0].isoformat(),
+         "last": whens[-1].isoformat(), "subject": f"{host}@{bus}", "limit": lim.reboot_limit,
+         "window_days": lim.reboot_days, "boot_ids": boots, "boots_unknown": len(asks) - len(boots),
+         "asked_by_driver": by_driver,
+         "counted_by": "boot id" if len(boots) == len(asks) else
+         "boot id, else each distinct event (boot unknown)",
+         "source": "leptonai/gpud DefaultRebootThreshold = 2 (HARDWARE_INSPECTION); the driver's "
+                   "GPU Recovery Action Reboot (NVML NODE_REBOOT) asks too"},
         bus=bus)]
 
 
