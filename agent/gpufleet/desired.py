@@ -76,6 +76,9 @@ VARS: tuple[Var, ...] = (
     Var("gpufleet_xid74_link_limit", "xid74_link_limit", "int", (AGENT,),
         "GF433: Xid 74 on one NVLink this many times within 24 h sends the GPU to RMA "
         "(default 3)"),
+    Var("gpufleet_remediation_limit", "remediation_limit", "int", (AGENT,),
+        "GF435: re-tests after a remediation rung within 7 days that send the node to RMA "
+        "(default 5)"),
     Var("gpufleet_ib_symbol_errors_per_hour", "ib_symbol_errors_per_hour", "number", (AGENT,),
         "GF456's threshold: RDMA symbol errors per hour between runs (default 120)"),
     Var("gpufleet_ib_flaps_per_day", "ib_flaps_per_day", "number", (AGENT,),

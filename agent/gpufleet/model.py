@@ -77,6 +77,7 @@ class Expectations:
     xid13_31_limit: int | None = None  # gpufleet_xid13_31_limit (same GPC/TPC or GPU, 24 h)
     xid_reboot_limit: int | None = None  # gpufleet_xid_reboot_limit (reboots in 7 days -> RMA)
     xid74_link_limit: int | None = None  # gpufleet_xid74_link_limit (Xid 74, one NVLink, 24 h)
+    remediation_limit: int | None = None  # gpufleet_remediation_limit (re-tests in 7 days)
     ib_symbol_errors_per_hour: float | None = None  # gpufleet_ib_symbol_errors_per_hour (120)
     ib_flaps_per_day: float | None = None  # gpufleet_ib_flaps_per_day (5)
     ib_ber_exponent: int | None = None  # gpufleet_ib_ber_exponent (12: effective BER < 1E-12)

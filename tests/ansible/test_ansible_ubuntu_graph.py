@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.ansible, pytest.mark.slow]
 
 SITE = "playbooks/site.yml"
 UPGRADE = "playbooks/upgrade_driver.yml"
+REINSTALL = "playbooks/remediate_reinstall.yml"
 TAGS = ("--tags", "nvidia_driver,container_runtime,nvidia_container_toolkit")
 GRAPH = pkggraph.load("ubuntu2404")
 # A and B have version pinning packages (from 580.105.08 on); N has none; B carries -1ubuntu1.
@@ -257,6 +258,41 @@ def test_a_busy_host_is_refused_before_any_package_changes(
     have = graph_lab.dpkg()
     assert {n: have.get(n) for n in _driver_580(A)} == _driver_580(A)
     assert f"nvidia-driver-pinning-{B}" not in have
+
+
+def test_reinstall_rung_restores_the_driver_and_fabric_manager(
+    converged: PlayResult, graph_lab: GraphLab
+) -> None:
+    """Issue 26: playbooks/remediate_reinstall.yml, the ladder's rung after a reboot. A driver
+    library gone from disk (a crash mid-update, a full disk) comes back from its package; every
+    driver package and the fabric manager are reinstalled at the driver's version (dpkg's own
+    log); versions and holds stay. A busy host and check mode change nothing."""
+    assert converged.rc == 0, converged.tail()
+    lib = graph_lab.target.root / f"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{A}"
+    lib.unlink()
+    dpkg_log = graph_lab.target.root / "var/log/dpkg.log"
+    logged = len(dpkg_log.read_text().splitlines())
+    gpu = tg.start_gpu_process(graph_lab.target)
+    try:
+        busy = graph_lab.play(REINSTALL, "reinstall-busy")
+    finally:
+        stop_pid(gpu)
+    assert busy.rc != 0 and f"still runs GPU processes ({gpu.pid} sleep)" in busy.flat, busy.tail()
+    dry = graph_lab.play(REINSTALL, "reinstall-check", "--check")
+    assert dry.rc == 0 and dry.host()["failed"] == 0, dry.tail()
+    assert not lib.exists() and len(dpkg_log.read_text().splitlines()) == logged
+    res = graph_lab.play(REINSTALL, "reinstall")
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert lib.read_text() == "stand-in\n"
+    assert "no NVIDIA GPU on the PCI bus" in res.flat, res.tail()
+    again = [line.split()[3:] for line in dpkg_log.read_text().splitlines()[logged:]
+             if line.split()[2:3] == ["upgrade"]]
+    want = _driver_580(A)
+    for name in ("libnvidia-compute-580", "nvidia-fabricmanager"):
+        assert [f"{name}:amd64", want[name], want[name]] in again, again
+    have = graph_lab.dpkg()
+    assert {n: have.get(n) for n in want} == want
+    assert set(want) <= graph_lab.holds()
 
 
 def test_upgrade_within_the_branch_moves_every_held_package(

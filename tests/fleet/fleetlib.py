@@ -215,17 +215,37 @@ class Fleet:
             if h.pid is not None or h.fault in ("down", "noresolve"):
                 continue
             log = h.log.open("ab")
+            boot = ["unshare", "--mount", "--propagation", "private"]
+            argv = [*boot, "sh", "-c", self._namespace_script(h)]
+            if self._rebootable(h):
+                argv = ["sh", "-c", self._boot_loop(h, boot)]
             try:
                 h.proc = subprocess.Popen(
-                    ["unshare", "--mount", "--propagation", "private",
-                     "sh", "-c", self._namespace_script(h)],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     start_new_session=True, preexec_fn=die_with_parent,
                 )  # fmt: skip
             finally:
                 log.close()
-            # unshare and sh exec in place, so this PID ends up being sshd itself.
+            # unshare and sh exec in place, so this PID ends up being sshd itself (for a
+            # rebootable host: the loop that boots it, see _boot_loop).
             h.pid = h.proc.pid
+
+    def _rebootable(self, h: FleetHost) -> bool:
+        return h.profile is not None and (
+            self.profiles_dir / h.profile / "bin" / "gpufleet-sim-reboot").is_file()
+
+    def _boot_loop(self, h: FleetHost, boot: list[str]) -> str:
+        """A host whose profile can reboot (bin/gpufleet-sim-reboot) is booted by a loop: each boot
+        is a new mount and PID namespace (fresh /proc/driver, so the driver's state starts anew;
+        a new boot id; sshd is its PID 1). The reboot stand-in SIGTERMs PID 1: sshd exits 0, the
+        kernel kills every process of that boot (sessions included), and the loop boots the host
+        again. Any other exit (sshd could not start) ends the loop, which _wait_ready reports.
+        setpriv --pdeathsig and --kill-child take the boot down with the loop when the fleet
+        stops the host (the loop is the tracked PID)."""
+        q = shlex.quote
+        one = ["setpriv", "--pdeathsig", "KILL", *boot, "--pid", "--kill-child",
+               "sh", "-c", self._namespace_script(h)]
+        return f"while {' '.join(q(a) for a in one)}; do :; done; exit 1"
 
     def _namespace_script(self, h: FleetHost) -> str:
         q = shlex.quote
@@ -241,6 +261,7 @@ class Fleet:
                 steps.append(f"mount --bind {q(str(prof / 'bin'))} {PROFILE_BIN_TARGET}")
             # Always hide the machine's own /proc/driver, so a profile without a driver is one.
             steps.append("mount -t tmpfs -o mode=0755 gpufleet-proc-driver /proc/driver")
+            steps += self._boot_steps(h, prof)
             if (prof / "proc_driver_nvidia").is_dir():
                 steps.append(f"cp -R {q(str(prof / 'proc_driver_nvidia'))} /proc/driver/nvidia")
             # /boot: the running kernel (as every real host has it) plus the profile's others,
@@ -263,6 +284,29 @@ class Fleet:
             FULL_TMP_HOLD.mkdir(exist_ok=True)
         steps.append(f"exec {SSHD} -D -e -f {q(str(h.config))}")
         return "\n".join(steps)
+
+    def _boot_steps(self, h: FleetHost, prof: Path) -> list[str]:
+        """This boot's identity: the host's own boot id over /proc/sys/kernel/random/boot_id (the
+        profile's for the first boot, a new random one for each boot after a simulated reboot,
+        counted in the fleet's boots/HOST), and for a boot after a reboot the marker the replayed
+        tools read ("ifreboot:" lines, tests/fleet/profiles/build_profiles.py)."""
+        q = shlex.quote
+        if not (prof / "boot_id").is_file():
+            return []
+        if not self._rebootable(h):
+            return [f"mount --bind {q(str(prof / 'boot_id'))} /proc/sys/kernel/random/boot_id"]
+        boots = self.root / "boots" / h.name
+        state = "/proc/driver/gpufleet-sim"
+        return [
+            f"boots={q(str(boots))}", 'mkdir -p "$boots"',
+            'n=$(( $(cat "$boots/count" 2>/dev/null || echo 0) + 1 )); echo "$n" >"$boots/count"',
+            f'if [ "$n" -eq 1 ]; then cp {q(str(prof / "boot_id"))} "$boots/boot_id.1"; '
+            'else cat /proc/sys/kernel/random/uuid >"$boots/boot_id.$n"; fi',
+            'mount --bind "$boots/boot_id.$n" /proc/sys/kernel/random/boot_id',
+            # PID 1 of this boot (the reboot stand-in checks it runs inside one, see SIM_REBOOT)
+            f"mkdir -p {state}", f"readlink /proc/self/ns/pid >{state}/pidns",
+            f'if [ "$n" -gt 1 ]; then : >{state}/reboot; fi',
+        ]
 
     def _wait_ready(self, hosts: Sequence[FleetHost], timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -320,16 +320,17 @@ def test_drain_reason_is_redacted_like_the_report(cluster: slurmlib.Cluster) -> 
     _until("node2 resumed", lambda: cluster.states()["node2"] == ("idle", "none"), cluster)
 
 
-def _remediate(c: slurmlib.Cluster, node: str, *extra: str) -> subprocess.CompletedProcess[str]:
-    """playbooks/remediate_gpu_reset.yml on `node` itself (connection local inside its
-    namespaces: the same simulated nvidia-smi its health check reads)."""
+def _remediate(c: slurmlib.Cluster, node: str, *extra: str,
+               playbook: str = "remediate_gpu_reset.yml") -> subprocess.CompletedProcess[str]:
+    """A remediation playbook (default: the reset rung) on `node` itself (connection local
+    inside its namespaces: the same simulated nvidia-smi its health check reads)."""
     home = c.root / "home"
     home.mkdir(exist_ok=True)
     return c.in_node(node, [
         str(VENV_BIN / "ansible-playbook"), "-i", f"{node},", "-c", "local",
         "-e", f"ansible_python_interpreter={sys.executable}", "-e", "ansible_become=false",
         "-e", f"remediate_slurm_node={node}", "-e", f"remediate_slurm_conf={c.conf}", *extra,
-        str(COLLECTION / "playbooks/remediate_gpu_reset.yml")],
+        str(COLLECTION / "playbooks" / playbook)],
         env={"PATH": f"/usr/local/sbin:{VENV_BIN}:/usr/sbin:/usr/bin:/sbin:/bin",
              "HOME": str(home), "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
              "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCAL_TEMP": str(home / ".ansible-tmp")},
@@ -377,6 +378,14 @@ def test_remediation_refuses_an_admins_drain(cluster: slurmlib.Cluster) -> None:
             play.stdout[-2000:]
         assert cluster.states()["node2"][1] == reason
         assert "TASK [Reset the GPU]" not in play.stdout
+        # The reboot and reinstall rungs refuse the same drain before touching anything.
+        for rung, first in (("remediate_reboot.yml", "TASK [Reboot the node]"),
+                            ("remediate_reinstall.yml", "TASK [Reinstall the driver")):
+            play = _remediate(cluster, "node2", playbook=rung)
+            assert play.returncode != 0 and "only a node gpufleet drained" in play.stdout, \
+                play.stdout[-2000:]
+            assert first not in play.stdout and "TASK [Record the remediation" not in play.stdout
+            assert cluster.states()["node2"][1] == reason
     finally:
         cluster.set_profile("node2", "h200x2")
         cluster.run(["scontrol", "update", "NodeName=node2", "State=RESUME"])

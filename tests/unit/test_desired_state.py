@@ -35,8 +35,8 @@ def test_every_expectations_field_has_exactly_one_variable() -> None:
     assert sorted(v.field for v in desired.VARS) == sorted(fields)
     # 14 the old allow-lists had, + 4, + 3 Xid escalation limits (issue 26), + 2 RDMA counter
     # thresholds and 1 BER threshold (issue 27), + gpufleet_perf_floors (issue 25), + 1 Xid 74
-    # per-link limit (issue 26)
-    assert len(desired.NAMES) == len(desired.VARS) == 26
+    # per-link limit (issue 26), + 1 remediation limit (issue 26)
+    assert len(desired.NAMES) == len(desired.VARS) == 27
 
 
 def test_healthcheck_role_lists_the_table() -> None:

@@ -173,3 +173,74 @@ def test_gf432_counts_boots_by_boot_id_not_reboot_class_events(facts: dict[str, 
     three = runs([f"b7e0c1a4-0000-4000-8000-00000000000{i}" for i in (1, 2, 3)])
     (rma,) = _rules(three[-1], three[:-1])["GF432"]
     assert rma["count"] == 3 and rma["counted_by"] == "boot id" and len(rma["boot_ids"]) == 3
+
+
+def test_gf432_the_same_ring_buffer_line_in_three_boots_is_three_asks(
+        facts: dict[str, Facts]) -> None:
+    """A dmesg stamp is seconds since that boot: a GPU that fails the same way early in every
+    boot logs the same line, stamp included, in each. Three boots, three asks (seen on the
+    fleet's reboot test: the three lines were taken for one event)."""
+    base = facts["h200x2"]
+    ev = XidEvent(79, "[ 7100.200300]", BUS, "GPU has fallen off the bus.", True)
+    docs = [_doc(dataclasses.replace(base, xid_events=(ev,),
+                                     boot_id=f"b7e0c1a4-0000-4000-8000-00000000000{h}"),
+                 f"2026-11-30T0{h}:00:00Z") for h in (1, 2, 3)]
+    (rma,) = _rules(docs[-1], docs[:-1])["GF432"]
+    assert rma["count"] == 3 and len(rma["boot_ids"]) == 3
+
+
+def _retested(f: Facts, at: str, to: str = "in service") -> dict[str, object]:
+    """A saved node-check run whose Slurm lifecycle finding took the node from re-validating
+    (as engines/slurm writes GF903/GF907)."""
+    doc = _doc(f, at)
+    doc["findings"] = [{"rule": "GF903" if to == "in service" else "GF907",
+                        "severity": "info", "hosts": ["gpu07"], "message": "",
+                        "evidence": {"lifecycle": {"from": "re-validating", "to": to}},
+                        "remediation": ""}]
+    return doc
+
+
+def test_gf435_five_remediations_in_a_week_send_the_node_to_rma(
+        facts: dict[str, Facts]) -> None:
+    """NVSentinel's MultipleRemediations: 5 re-tests after a remediation within 7 days. Four is
+    not yet; five days-old ones outside the window do not count; it is an RMA hold."""
+    f = facts["h200x2"]
+    runs = [_retested(f, f"2026-11-2{d}T10:00:00Z", "in service" if d % 2 else "drained")
+            for d in range(4, 9)]
+    now = _doc(f, "2026-11-29T10:00:00Z")
+    (held,) = _rules(now, runs)["GF435"]
+    assert held["count"] == 5 and held["limit"] == 5 and "MultipleRemediations" in held["source"]
+    assert "GF435" in RMA_RULES
+    assert "GF435" not in _rules(now, runs[1:])
+    assert "GF435" not in _rules(_doc(f, "2026-12-02T10:00:00Z"), runs)  # 3 left in the window
+    assert "GF435" in _rules(now, runs[1:], Limits(remediation_limit=4))
+    assert lim_var({"gpufleet_remediation_limit": 3}).remediation_limit == 3
+    # Drains that were no re-test (from drained, from in service) are not remediations.
+    plain = _doc(f, "2026-11-28T11:00:00Z")
+    plain["findings"] = [{"rule": "GF902", "severity": "info", "hosts": ["gpu07"], "message": "",
+                          "evidence": {"lifecycle": {"from": "in service", "to": "drained"}},
+                          "remediation": ""}] * 5
+    assert "GF435" not in _rules(now, [plain, *runs[1:]])
+
+
+def test_gf432_counts_the_drivers_own_ask_for_a_reboot(facts: dict[str, Facts]) -> None:
+    """The driver's recovery action Reboot (NVML NODE_REBOOT) is an ask for a reboot even when
+    the Xids it follows are not reboot-class (profile recovery-reboot: Xid 31, then Xid 154).
+    Three boots in which it still asks: RMA. (Seen on the fleet's reboot test: GF432 ignored the
+    driver, so such a GPU was rebooted forever.)"""
+    from gpufleet.model import GpuRecovery  # noqa: PLC0415
+
+    base = facts["h200x2"]
+    asks = (GpuRecovery("00000000:00:06.0", "node_reboot", "Reboot"),
+            GpuRecovery(BUS, "none", "None"))
+    docs = [_doc(dataclasses.replace(base, gpu_recovery=asks, xid_events=(),
+                                     boot_id=f"b7e0c1a4-0000-4000-8000-00000000000{h}"),
+                 f"2026-11-30T0{h}:00:00Z") for h in (1, 2, 3)]
+    (rma,) = _rules(docs[-1], docs[:-1])["GF432"]
+    assert rma["bus_id"] == "00000000:00:06.0" and rma["count"] == 3
+    assert rma["asked_by_driver"] == 3 and len(rma["boot_ids"]) == 3
+    assert "GF432" not in _rules(docs[-1], docs[1:-1])  # two boots: within gpud's limit
+    one_boot = [_doc(dataclasses.replace(base, gpu_recovery=asks, boot_id=docs[0]["hosts"]
+                                         ["gpu07"]["facts"]["boot_id"]),  # type: ignore[index]
+                     f"2026-11-30T0{h}:00:00Z") for h in (1, 2, 3)]
+    assert "GF432" not in _rules(one_boot[-1], one_boot[:-1])  # one boot asking three times

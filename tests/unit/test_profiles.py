@@ -134,6 +134,7 @@ def test_every_named_profile_exists() -> None:
         "reboot-pending",
         "recovery-reset",
         "recovery-reboot",
+        "reboot-again",
         "xid79-lost",
         "xid13-burst",
         "xid-leaky",
@@ -304,6 +305,28 @@ def test_recovery_action_profiles(facts: dict[str, Facts]) -> None:
     reboot = {r.bus_id: r.action for r in facts["recovery-reboot"].gpu_recovery or ()}
     assert reboot["00000000:00:06.0"] == "node_reboot"
     assert [e.xid for e in facts["recovery-reboot"].xid_events] == [31, 154]
+
+
+def test_reboot_stand_in_refuses_outside_a_simulated_boot(tmp_path: Path) -> None:
+    """bin/gpufleet-sim-reboot SIGTERMs PID 1 of the boot it runs in: outside a fleet host's boot
+    (no matching $state/pidns) it must refuse, or it would signal this machine's init. Inside
+    one, the answers after the reboot are the base's (tests/fleet/test_remediate.py reboots)."""
+    bin_dir = PROFILES / "recovery-reboot" / "bin"
+    env = {**os.environ, "GPUFLEET_SIM_STATE": str(tmp_path)}
+    (tmp_path / "pidns").write_text("pid:[1]\n")  # some other namespace
+    res = subprocess.run([str(bin_dir / "gpufleet-sim-reboot")], env=env, capture_output=True,
+                         text=True, timeout=10, check=False)
+    assert res.returncode == 1 and "refused" in res.stderr, res
+    assert not (PROFILES / "reboot-again" / "bin" / ".data" / "rebooted-q.txt").exists()
+
+    def ask(*argv: str) -> str:
+        return subprocess.run([str(bin_dir / argv[0]), *argv[1:]], env=env, capture_output=True,
+                              text=True, timeout=10, check=True).stdout
+
+    assert "Xid" in ask("dmesg") and "Reboot" in ask("nvidia-smi", "-q")
+    (tmp_path / "reboot").write_text("")  # what the fleet writes in a boot after a reboot
+    assert "Xid" not in ask("dmesg")
+    assert "Reboot" not in ask("nvidia-smi", "-q") and "GPU 1:" in ask("nvidia-smi", "-L")
 
 
 def test_lost_gpu_profile_shows_8_on_the_bus_and_7_enumerated(facts: dict[str, Facts]) -> None:

@@ -210,11 +210,12 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF432", "error", "the GPU still asks for a reboot after the reboot limit",
              "stop rebooting {host}: drain it, collect `nvidia-bug-report.sh` and send the GPU "
              "at {bus} for inspection/RMA",
-             meaning="Over this run and the saved runs: a GPU logged Xids whose catalog action "
-                     "is a reboot in more than 2 boots within 7 days (gpud's "
-                     "DefaultRebootThreshold = 2: HARDWARE_INSPECTION). A boot is a distinct "
-                     "`boot_id` of the runs whose dmesg logged it, however many such Xids one "
-                     "boot logged; an event of unknown boot (journald) counts once on its own."),
+             meaning="Over this run and the saved runs: a GPU asked for a reboot (Xids whose "
+                     "catalog action is a reboot, or the driver's GPU Recovery Action Reboot) "
+                     "in more than 2 boots within 7 days (gpud's DefaultRebootThreshold = 2: "
+                     "HARDWARE_INSPECTION). A boot is a distinct `boot_id` of the runs that saw "
+                     "the ask, however many asks one boot logged; an event of unknown boot "
+                     "(journald) counts once on its own."),
     RuleInfo("GF433", "error", "Xid 74 again and again on the same NVLink",
              "drain {host}: NVLink {link} of the GPU at {bus} keeps failing. Reseat what that "
              "link runs through (baseboard connector or bridge), collect the bug report "
@@ -238,6 +239,15 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                      "fails; what the links share does (the GPU's NVLink logic; on an NVSwitch "
                      "baseboard the switches and the fabric manager). Per-link repeats are "
                      "NVIDIA's (WORKFLOW_NVLINK_ERR); this reading of a spread is gpufleet's."),
+    RuleInfo("GF435", "error", "the node keeps coming back from remediations",
+             "stop remediating {host}: the resets, reboots and reinstalls do not hold. Collect "
+             "the evidence (`ansible-playbook gpufleet.gpu.collect_bug_report -l {host}`, then "
+             "`gpufleet rma-bundle {host}`) and open a case with the vendor",
+             meaning="Over the saved runs: the node was re-tested after a remediation rung "
+                     "(its Slurm lifecycle went from re-validating, GF903 or GF907) 5 times "
+                     "within 7 days (NVIDIA NVSentinel's MultipleRemediations: 5 in 7 days -> "
+                     "CONTACT_SUPPORT); `gpufleet_remediation_limit` sets the count. The node "
+                     "is held for RMA (GF906)."),
     # GF45x: the RDMA fabric (GF450-GF452 rules/fabric.py; GF455-GF459 rules/fabric_delta.py,
     # with the thresholds and their sources)
     RuleInfo("GF450", "error", "RDMA port down",

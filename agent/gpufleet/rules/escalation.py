@@ -1,5 +1,6 @@
-"""GF430-GF434: Xids that escalate over time, counted per GPU over this run and the saved runs
-(`--save DIR`, the run store), so the tenth Xid of a week no longer reads like the first.
+"""GF430-GF435: Xids (and remediations) that escalate over time, counted per GPU over this run
+and the saved runs (`--save DIR`, the run store), so the tenth Xid of a week no longer reads like
+the first.
 
 An event is counted once however many saved runs show it (the same kernel log line reappears in
 every run while the ring buffer keeps it): its key is (host, xid, bus, timestamp, message), its
@@ -19,6 +20,11 @@ The default limits are published practice (docs/xid.md, "Escalation"):
   design for the workflow queries, NVIDIA/NVSentinel docs/designs/019-workflow-nvlink-err.md). Xid
   74 on several links of one GPU with none repeating is not a link: what the links share (the
   GPU's NVLink logic; on a baseboard the NVSwitches and the fabric manager) is the suspect.
+- remediations: NVSentinel's MultipleRemediations, 5 remediated faults of one node within 7 days
+  -> CONTACT_SUPPORT (NVIDIA/NVSentinel@09dfc8f9:distros/kubernetes/nvsentinel/charts/
+  health-events-analyzer/values.yaml, `$count >= 5` over 604800 s). A remediation here is one
+  re-test after a remediation rung: a saved run whose Slurm lifecycle finding (GF90x) took the
+  node from re-validating (engines/slurm/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -36,10 +42,10 @@ from gpufleet.probes.kernel_log import nvlink_of
 from gpufleet.rules import xid as xids
 from gpufleet.rules.base import finding
 
-RULES: tuple[str, ...] = ("GF430", "GF431", "GF432", "GF433", "GF434")
+RULES: tuple[str, ...] = ("GF430", "GF431", "GF432", "GF433", "GF434", "GF435")
 # The hardware, not something another reset or reboot fixes: a node gpufleet drains for one of
 # these is held for RMA (engines/slurm/lifecycle.py) and never resumed by gpufleet.
-RMA_RULES: frozenset[str] = frozenset({"GF430", "GF432", "GF433"})
+RMA_RULES: frozenset[str] = frozenset({"GF430", "GF432", "GF433", "GF435"})
 NVLINK_XID = 74
 
 _GPC_TPC = re.compile(r"\(GPC (\d+), TPC (\d+)")
@@ -58,6 +64,8 @@ class Limits:
     reboot_days: float = 7.0
     xid74_link_count: int = 3  # "more than 2 times on the same link"
     xid74_hours: float = 24.0
+    remediation_limit: int = 5  # re-tests after a remediation within the window -> RMA
+    remediation_days: float = 7.0
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ def _run_time(doc: Mapping[str, Any]) -> datetime:
 
 def events(docs: Iterable[Mapping[str, Any]]) -> list[_Seen]:
     """Every distinct Xid event of these report documents, oldest run first."""
-    seen: dict[tuple[str, int, str, str, str], _Seen] = {}
+    seen: dict[tuple[str, int, str, str, str, str | None], _Seen] = {}
     for doc in sorted(docs, key=lambda d: str(d.get("generated_at") or "")):
         at = _run_time(doc)
         for host, h in (doc.get("hosts") or {}).items():
@@ -102,9 +110,11 @@ def events(docs: Iterable[Mapping[str, Any]]) -> list[_Seen]:
                 # Saved before the fact existed: the link is in the message all the same.
                 link = ev.get("nvlink")
                 link = link if isinstance(link, int) else nvlink_of(code, msg)
-                seen.setdefault((host, code, bus, stamp, msg), _Seen(
-                    host, code, bus, msg, _when(stamp, at), link,
-                    boot if ev.get("this_boot") is True else None))
+                # A ring buffer's stamp is seconds since that boot: the same line in two
+                # boots is two events.
+                this = boot if ev.get("this_boot") is True else None
+                seen.setdefault((host, code, bus, stamp, msg, this), _Seen(
+                    host, code, bus, msg, _when(stamp, at), link, this))
     return list(seen.values())
 
 
@@ -122,7 +132,8 @@ def limits_for(expect: Expectations | None) -> Limits:
         xid13_31_count=expect.xid13_31_limit or base.xid13_31_count,
         xid74_link_count=expect.xid74_link_limit or base.xid74_link_count,
         reboot_limit=base.reboot_limit if expect.xid_reboot_limit is None
-        else expect.xid_reboot_limit)
+        else expect.xid_reboot_limit,
+        remediation_limit=expect.remediation_limit or base.remediation_limit)
 
 
 def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
@@ -136,14 +147,51 @@ def escalate(current: Mapping[str, Any], prior: Iterable[Mapping[str, Any]],
     for e in events([*prior, current]):
         if e.host in hosts:
             by_gpu[(e.host, e.bus)].append(e)
+    driver = driver_reboot_asks([*prior, current])
+    for key in driver:
+        by_gpu.setdefault(key, [])
     out: list[Finding] = []
     for (host, bus), evs in sorted(by_gpu.items()):
+        if host not in hosts:
+            continue
         lim = per_host(host)
         out += _repeats(host, bus, evs, lim, now)
         out += _gpc(host, bus, evs, lim, now)
-        out += _reboots(host, bus, evs, lim, now)
+        out += _reboots(host, bus, evs, lim, now, driver=driver.get((host, bus), {}))
         out += _nvlinks(host, bus, evs, lim, now)
+    for host in sorted(hosts):
+        out += _remediations(host, [*prior, current], per_host(host), now)
     return out
+
+
+def _remediations(host: str, docs: Sequence[Mapping[str, Any]], lim: Limits,
+                  now: datetime) -> list[Finding]:
+    """GF435: the node came back from a remediation rung `remediation_limit` times within the
+    window (one per saved run whose GF90x finding says lifecycle.from == re-validating): the
+    rungs do not fix it, the hardware is the suspect."""
+    retests = set()
+    for doc in docs:
+        at = _run_time(doc)
+        for f in doc.get("findings") or []:
+            if not isinstance(f, Mapping) or host not in (f.get("hosts") or []):
+                continue  # a saved file is input too
+            life = (f.get("evidence") or {}).get("lifecycle")
+            if (isinstance(life, Mapping) and life.get("from") == "re-validating"
+                    and now - at <= timedelta(days=lim.remediation_days)):
+                retests.add(at)
+    if len(retests) < lim.remediation_limit:
+        return []
+    runs = sorted(retests)
+    return [finding(
+        "GF435", [host],
+        f"{host}: re-tested after a remediation {len(runs)} times within "
+        f"{lim.remediation_days:g} days (limit {lim.remediation_limit}): the remediations do "
+        "not hold, the hardware is the suspect",
+        {"count": len(runs), "first": runs[0].isoformat(), "last": runs[-1].isoformat(),
+         "limit": lim.remediation_limit, "window_days": lim.remediation_days,
+         "subject": host,
+         "source": "NVIDIA/NVSentinel health-events-analyzer MultipleRemediations (5 within "
+                   "7 days -> CONTACT_SUPPORT)"})]
 
 
 def _evidence(host: str, bus: str, evs: Sequence[_Seen], **more: object) -> dict[str, object]:
@@ -197,30 +245,66 @@ def _gpc(host: str, bus: str, evs: Sequence[_Seen], lim: Limits, now: datetime) 
     return out
 
 
-def _reboots(host: str, bus: str, evs: Sequence[_Seen], lim: Limits,
-             now: datetime) -> list[Finding]:
-    """A GPU asks for a reboot once per boot, however many reboot-class Xids that boot logged:
-    the asks are the distinct boot ids (fact `boot_id`) of the runs that saw one. Past the limit
-    the reboots did not help. An event whose boot is unknown (journald spans boots; a run saved
-    before the fact) counts as one ask of its own, as each distinct event did before."""
-    asks: dict[object, list[_Seen]] = defaultdict(list)
+def driver_reboot_asks(docs: Iterable[Mapping[str, Any]]
+                       ) -> dict[tuple[str, str], dict[tuple[str, str], datetime]]:
+    """(host, bus) -> {("boot", boot id) or ("run", run time) when the boot is unknown: the
+    first run time} of the runs in which the
+    driver itself asked for a node reboot (fact `gpu_recovery`, NVML's NODE_REBOOT): the
+    driver's verdict comes first, as it does for GF405, and a GPU can ask that way with no
+    reboot-class Xid at all (an Xid 31 followed by Xid 154)."""
+    out: dict[tuple[str, str], dict[tuple[str, str], datetime]] = defaultdict(dict)
+    for doc in docs:
+        at = _run_time(doc)
+        for host, h in (doc.get("hosts") or {}).items():
+            facts = h.get("facts") or {}
+            boot = facts.get("boot_id") if isinstance(facts.get("boot_id"), str) else None
+            for r in facts.get("gpu_recovery") or []:
+                if isinstance(r, Mapping) and r.get("action") == "node_reboot":
+                    seen = out[(host, str(r.get("bus_id") or "?"))]
+                    key = ("boot", boot) if boot else ("run", at.isoformat())
+                    seen[key] = min(seen.get(key, at), at)
+    return dict(out)
+
+
+def _reboots(host: str, bus: str, evs: Sequence[_Seen], lim: Limits, now: datetime, *,
+             driver: Mapping[tuple[str, str], datetime]) -> list[Finding]:
+    """A GPU asks for a reboot once per boot, however many reboot-class Xids that boot logged
+    and whether the Xid or the driver's recovery action (`driver`) asked: the asks are the
+    distinct boot ids (fact `boot_id`) of the runs that saw one. Past the limit the reboots did
+    not help. An event whose boot is unknown (journald spans boots; a run saved before the fact)
+    counts as one ask of its own, as each distinct event did before."""
+    window = timedelta(days=lim.reboot_days)
+    asks: dict[object, datetime] = {}
+    codes: set[int] = set()
     for e in _within(evs, lim.reboot_days * 24, now):
         if xids.verdict(e.xid).need == "reboot":
-            asks[("boot", e.boot) if e.boot else ("event", e)].append(e)
+            key: object = ("boot", e.boot) if e.boot else ("event", e)
+            asks[key] = min(asks.get(key, e.when), e.when)
+            codes.add(e.xid)
+    by_driver = 0
+    for key, when in driver.items():
+        if now - when <= window:
+            by_driver += key not in asks
+            asks[key] = min(asks.get(key, when), when)
     if len(asks) <= lim.reboot_limit:
         return []
-    first = sorted((min(v, key=lambda e: e.when) for v in asks.values()), key=lambda e: e.when)
-    boots = sorted({e.boot for e in first if e.boot})
+    whens = sorted(asks.values())
+    boots = sorted(str(k[1]) for k in asks if isinstance(k, tuple) and k[0] == "boot")
+    what = [f"Xid {', '.join(map(str, sorted(codes)))}"] if codes else []
+    what += ["the driver's recovery action Reboot"] if by_driver or not codes else []
     return [finding(
         "GF432", [host],
         f"{host}: the GPU at {bus} asked for a reboot in {len(asks)} boots within "
-        f"{lim.reboot_days:g} days (Xid {', '.join(sorted({str(e.xid) for e in first}))}); "
-        f"after {lim.reboot_limit} reboots it is the hardware",
-        _evidence(host, bus, first, limit=lim.reboot_limit, window_days=lim.reboot_days,
-                  boot_ids=boots, boots_unknown=len(first) - len(boots),
-                  counted_by="boot id" if len(boots) == len(first) else
-                  "boot id, else each distinct event (boot unknown)",
-                  source="leptonai/gpud DefaultRebootThreshold = 2 (HARDWARE_INSPECTION)"),
+        f"{lim.reboot_days:g} days ({'; '.join(what)}); after {lim.reboot_limit} reboots it is "
+        "the hardware",
+        {"bus_id": bus, "count": len(asks), "first": whens[0].isoformat(),
+         "last": whens[-1].isoformat(), "subject": f"{host}@{bus}", "limit": lim.reboot_limit,
+         "window_days": lim.reboot_days, "boot_ids": boots, "boots_unknown": len(asks) - len(boots),
+         "asked_by_driver": by_driver,
+         "counted_by": "boot id" if len(boots) == len(asks) else
+         "boot id, else each distinct event (boot unknown)",
+         "source": "leptonai/gpud DefaultRebootThreshold = 2 (HARDWARE_INSPECTION); the driver's "
+                   "GPU Recovery Action Reboot (NVML NODE_REBOOT) asks too"},
         bus=bus)]
 
 
@@ -273,7 +357,8 @@ def escalation_findings(current: Mapping[str, Any], entries: Sequence[Mapping[st
 
     base = Limits()  # the windows are not per host
     horizon = _run_time(current) - timedelta(
-        hours=max(base.repeat_hours, base.xid13_31_hours, base.reboot_days * 24))
+        hours=max(base.repeat_hours, base.xid13_31_hours, base.reboot_days * 24,
+                  base.remediation_days * 24))
     prior = [load(e) for e in entries if _when(str(e.get("generated_at") or ""), horizon)
              >= horizon]
     return escalate(current, prior, limits)

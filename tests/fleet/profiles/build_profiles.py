@@ -59,7 +59,8 @@ REPLAY = r"""#!/bin/sh
 # RC "reset" answers like a GPU reset and records it: from then on lines with RC "ifreset:N"
 # apply (the host's answers after the reset), skipped before. The record lives in the host's
 # own /proc/driver tmpfs (one per simulated host, new on every profile switch). Likewise
-# "ifreboot:N" lines apply once bin/gpufleet-sim-reboot (a profile with reboot = "heals") ran.
+# "ifreboot:N" lines apply in a boot after a simulated reboot (the fleet writes $state/reboot,
+# tests/fleet/fleetlib.py _boot_steps).
 data=$(cd "$(dirname "$0")" && pwd)
 state=${GPUFLEET_SIM_STATE:-/proc/driver/gpufleet-sim}
 tool=$1
@@ -191,7 +192,7 @@ class Profile:
     boot: list[str] = field(default_factory=list)  # kernels in /boot beside the running one
     # NVIDIA 3D controllers on the simulated PCI bus (sysfs), by address; () = no sysfs tree
     pci: tuple[str, ...] = ()
-    sim_reboot: bool = False  # bin/gpufleet-sim-reboot (overlay reboot = "heals")
+    sim_reboot: bool = False  # bin/gpufleet-sim-reboot (overlay reboot = "heals" / "persists")
 
     def tool(self, tool: str, *lines: str) -> None:
         self.index[tool] = list(lines)
@@ -530,31 +531,51 @@ def from_overlay(path: Path, bases: dict[str, Profile]) -> Profile:
         p = heal_on_reset(p, start)
     if data.get("reboot") == "heals":
         p = heal_on_reboot(p, start)
+    elif data.get("reboot") == "persists":
+        p = replace(p, sim_reboot=True)
+    elif "reboot" in data:
+        raise ValueError(f"{path.name}: reboot = {data['reboot']!r}: heals or persists")
     return p
 
 
-# The one point a test replaces a reboot (playbooks/remediate_reboot.yml's
-# remediate_reboot_command): what a reboot changes that the checks read. The driver starts anew
-# (nvidia-smi answers as `healthy` from then on, "ifreboot:" lines) and the kernel draws a new
-# boot id (read by remediate_boot_id_command); the host itself keeps running. Named so it can
-# never shadow a real tool.
+# The one point a test replaces a reboot: shutdown's stand-in, given to ansible.builtin.reboot as
+# its reboot_command (playbooks/remediate_reboot.yml's remediate_reboot_command). Like `shutdown -r`
+# it takes arguments, returns, and then the host goes down: it SIGTERMs PID 1 of the simulated
+# host's boot (its sshd, tests/fleet/fleetlib.py _boot_loop), which takes every process of that boot
+# with it, and the fleet boots the host again: a new boot id, a fresh /proc/driver (the driver's
+# state starts anew), the "ifreboot:" answers. It refuses outside such a boot (PID 1 would be the
+# machine's init): the boot writes its PID namespace to $state/pidns. Named so it can never shadow a
+# real tool.
 SIM_REBOOT = r"""#!/bin/sh
 state=${GPUFLEET_SIM_STATE:-/proc/driver/gpufleet-sim}
-mkdir -p "$state" && : >"$state/reboot" && cat /proc/sys/kernel/random/uuid >"$state/boot_id"
+ns=$(readlink /proc/self/ns/pid)
+if [ -z "$ns" ] || [ "$(cat "$state/pidns" 2>/dev/null)" != "$ns" ]; then
+    echo "gpufleet-sim-reboot: not inside a simulated host's boot ($state/pidns is not $ns): refused" >&2
+    exit 1
+fi
+setsid sh -c 'sleep 1; kill -TERM 1' </dev/null >/dev/null 2>&1 &
+echo "Reboot scheduled (simulated host; arguments: $*)"
 """
+
+# What a reboot changes that the checks read, for a profile with reboot = "heals": the driver and
+# the kernel log start anew, so nvidia-smi and dmesg answer as `healthy` (the base) from the boot
+# after a reboot on ("ifreboot:" lines). reboot = "persists": the host reboots, nothing heals (the
+# GPU asks again in every boot).
+HEALED_BY_REBOOT = ("nvidia-smi", "dmesg")
 
 
 def heal_on_reboot(p: Profile, healthy: Profile) -> Profile:
-    """After bin/gpufleet-sim-reboot, nvidia-smi answers as `healthy` (the base)."""
+    """After a simulated reboot, nvidia-smi and dmesg answer as `healthy` (the base)."""
     files, index = dict(p.files), {k: list(v) for k, v in p.index.items()}
-    healed = []
-    for line in healthy.index["nvidia-smi"]:
-        rc, out, err, pattern = [*line.split(" ", 3), ""][:4]
-        if out != "-":
-            files[f"rebooted-{out}"] = healthy.files.get(out, p.files[out])
-            out = f"rebooted-{out}"
-        healed.append(f"ifreboot:{rc} {out} {err} {pattern}")
-    index["nvidia-smi"] = healed + index["nvidia-smi"]
+    for tool in HEALED_BY_REBOOT:
+        healed = []
+        for line in healthy.index[tool]:
+            rc, out, err, pattern = [*line.split(" ", 3), ""][:4]
+            if out != "-":
+                files[f"rebooted-{out}"] = healthy.files.get(out, p.files[out])
+                out = f"rebooted-{out}"
+            healed.append(f"ifreboot:{rc} {out} {err} {pattern}")
+        index[tool] = healed + index[tool]
     return replace(p, files=files, index=index, sim_reboot=True)
 
 
