@@ -32,7 +32,11 @@ def fixtures_dir() -> Path:
 # target): no harness starts twice (the sshd lab's addresses are fixed) and module fixtures stay
 # whole. The scheduler only sees test ids, so the modules of a harness are listed here, and
 # collection checks the list against the fixtures the modules really use. Units are handed out
-# longest first (seconds measured on 2 cores, one worker) so that the last to finish is short.
+# longest first (seconds measured in a two-worker run) so that the last to finish is short; the
+# three localize modules (8-host torch worlds, CPU-bound on both cores) alternate with the
+# Ansible labs (about one core, much of it waiting on SSH): in the old order two of them ran at
+# once (nofloor and rails, ~280 s of overlap), each taking ~1.75x its time alone, and their
+# verdicts compare bandwidths measured under that load.
 HARNESS_MODULES = {
     "role_lab": ("tests/ansible/test_ansible_roles.py",),
     "docker_lab": ("tests/docker/test_docker_lab.py", "tests/docker/test_image_facts.py",
@@ -43,17 +47,25 @@ HARNESS_MODULES = {
                  "tests/transport/test_sweep.py"),
 }
 UNIT_OF = {module: unit for unit, modules in HARNESS_MODULES.items() for module in modules}
-LONGEST_FIRST = (
-    "role_lab",  # 280 s: tests/ansible/test_ansible_roles.py
-    "tests/fleet/test_localize_fleet.py",  # 215 s
-    "docker_lab",  # 205 s
-    "tests/ansible/test_ansible_rocky.py",  # 160 s
-    "tests/slurm/test_slurm.py",  # 75 s
-    "tests/ansible/test_ansible_ubuntu_graph.py",  # 75 s
-    "fleet",  # 70 s
-    "tests/docker/test_workspaces.py",  # 65 s
-    "tests/unit/test_smoke_runner.py",  # 45 s
-    "tests/unit/test_smoke_deep_runs.py",  # 40 s
+LONGEST_FIRST = (  # seconds: 634e192's CI-style run (/tmp/ciprof.log, -n 2, module totals)
+    "role_lab",  # 572 s: tests/ansible/test_ansible_roles.py
+    "tests/fleet/test_localize_fleet.py",  # 314 s
+    "tests/ansible/test_ansible_rocky.py",  # 356 s
+    "tests/fleet/test_localize_nofloor.py",  # 312 s
+    "tests/ansible/test_ansible_ubuntu_graph.py",  # 337 s
+    "tests/fleet/test_localize_rails.py",  # 277 s
+    "tests/docker/test_workspaces.py",  # 226 s
+    "tests/slurm/test_slurm.py",  # 212 s
+    "docker_lab",  # 207 s
+    "tests/unit/test_smoke_deep_runs.py",  # 98 s
+    "tests/ansible/test_healthcheck_wrapper.py",  # 89 s
+    "fleet",  # 60 s
+    "tests/ansible/test_ansible_static.py",  # 57 s
+    "tests/ansible/test_ansible_rocky8.py",  # 45 s
+    "tests/unit/test_smoke_runner.py",  # 40 s
+    "tests/slurm/test_slurm_deepcheck.py",  # 40 s
+    "tests/fleet/test_remediate.py",  # 32 s
+    "tests/fleet/test_fleet_html.py",  # 29 s
 )
 
 
