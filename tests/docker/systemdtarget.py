@@ -177,6 +177,14 @@ def _stage(stage: Path, addr: str, workdir: Path) -> tg.Target:
     for unit in MASKED:
         (systemd / unit).symlink_to("/dev/null")
     (stage / "etc/docker/daemon.json").write_text(json.dumps(INNER_DAEMON_JSON, indent=2) + "\n")
+    if not Path("/proc/modules").exists() and shutil.which("gcc"):
+        # A kernel without module support: nothing to bind over; a preloaded shim opens the
+        # simulated list where programs open /proc/modules (standin/systemd/procmodules.c).
+        (stage / "usr/local/lib").mkdir(parents=True, exist_ok=True)
+        tg.run(["gcc", "-shared", "-fPIC", "-O2", "-o",
+                str(stage / "usr/local/lib/gpufleet-procmodules.so"),
+                str(STANDIN / "procmodules.c"), "-ldl"])  # fmt: skip
+        (stage / "etc/ld.so.preload").write_text("/usr/local/lib/gpufleet-procmodules.so\n")
     (stage / "usr/local/sbin/gpufleet-init").write_text(INIT)
     (stage / "usr/local/sbin/gpufleet-init").chmod(0o755)
     shutil.copy(STANDIN / "simdriver", stage / "usr/local/sbin/gpufleet-sim-driver")
