@@ -201,20 +201,12 @@ def _control(name: str, version: str, arch: str, depends: str) -> str:
 
 def _refresh_units(version: str) -> dict[str, str | None]:
     """From 1.18 nvidia-container-toolkit-base ships the CDI refresh units under
-    /etc/systemd/system (packaging/debian/nvidia-container-toolkit-base.install); the stand-ins name
-    the real command."""
+    /etc/systemd/system (packaging/debian/nvidia-container-toolkit-base.install); the stand-ins
+    (standin/nvidia-cdi-refresh.*) carry v1.19.1's directives, sources cited there."""
     if tuple(int(x) for x in version.split(".")) < (1, 18):
         return {}
-    return {
-        "etc/systemd/system/nvidia-cdi-refresh.path": (
-            "[Path]\nPathChanged=/lib/modules/%v/modules.dep\nPathChanged=/usr/bin/nvidia-ctk\n"
-        ),
-        "etc/systemd/system/nvidia-cdi-refresh.service": (
-            "[Service]\nType=oneshot\n"
-            "Environment=NVIDIA_CTK_CDI_OUTPUT_FILE_PATH=/var/run/cdi/nvidia.yaml\n"
-            "ExecStart=/usr/bin/nvidia-ctk cdi generate\n"
-        ),
-    }
+    return {f"etc/systemd/system/{unit}": (HERE / "standin" / unit).read_text()
+            for unit in ("nvidia-cdi-refresh.path", "nvidia-cdi-refresh.service")}
 
 
 def _build_debs(pool: Path, version: str) -> None:

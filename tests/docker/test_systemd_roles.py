@@ -1,0 +1,192 @@
+"""Issue 23's systemd-backed items, run for real: one target where systemd is PID 1
+(systemdtarget.py), real systemctl, a real dockerd under docker.service, the toolkit's CDI refresh
+units as v1.19.1 ships them, the NVIDIA kernel driver simulated (tests/ansible/standin/systemd).
+
+The tests share the one container and run in file order, each leaving the state the next starts
+from: M10 (docker reloaded, not restarted), the toolkit converged (M2's enable), the stale CDI spec
+after an upgrade without a reload (the refresh service gives up: review M1's mechanism), the driver
+role's reload (M3 daemons stopped and started, M4 the same modules back, M1 the spec regenerated),
+and a reboot (M2: the spec written again at boot)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from systemdtarget import COLLECTION, PlayResult, SystemdTarget, play_path, start_systemd_target
+
+pytestmark = [pytest.mark.docker, pytest.mark.ansible, pytest.mark.slow]
+
+OLD, NEW = "580.65.06", "580.95.05"
+MODULES = {"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"}
+SPEC = "/var/run/cdi/nvidia.yaml"
+INNER = {"bridge": "none", "iptables": False, "ip-masq": False, "live-restore": True}
+
+
+@pytest.fixture(scope="module")
+def sd() -> Iterator[SystemdTarget]:
+    workdir = Path(f"/var/tmp/gpufleet-systemd-target-{os.getpid()}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        with start_systemd_target(workdir) as t:
+            yield t
+    finally:
+        keep = Path(os.environ.get("GPUFLEET_SYSTEMD_TEST_LOGS", "/var/tmp/gpufleet-systemd-logs"))
+        shutil.rmtree(keep, ignore_errors=True)
+        if (workdir / "logs").exists():
+            shutil.copytree(workdir / "logs", keep)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(workdir)], check=False)
+
+
+def show(sd: SystemdTarget, unit: str, prop: str) -> str:
+    return sd.ssh("systemctl", "show", "-p", prop, "--value", unit).stdout.strip()
+
+
+def daemon_json(sd: SystemdTarget, options: dict[str, object], name: str) -> PlayResult:
+    res = sd.play(play_path("systemd_daemon_json.yml"), name,
+                  extra_vars={"container_runtime_daemon_options": options})  # fmt: skip
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    return res
+
+
+def test_daemon_json_reloadable_change_reloads_docker_and_the_container_lives(
+    sd: SystemdTarget,
+) -> None:
+    """M10: a change of reloadable keys only (labels) -> `systemctl reload docker`: the same
+    dockerd (MainPID) re-reads daemon.json (its labels show it), a running container is untouched;
+    a key only a restart applies (log-level) -> docker restarted (new MainPID)."""
+    sd.ssh("tar -C / -chf /root/tiny.tar usr/bin/sleep usr/lib/x86_64-linux-gnu/libc.so.6 "
+           "lib64/ld-linux-x86-64.so.2 && docker import /root/tiny.tar gpufleet/tiny:1")
+    box = sd.ssh("docker", "run", "-d", "--network", "none", "gpufleet/tiny:1",
+                 "/usr/bin/sleep", "infinity").stdout.strip()  # fmt: skip
+    started = sd.ssh("docker", "inspect", "-f", "{{.State.StartedAt}}", box).stdout.strip()
+    pid = show(sd, "docker", "MainPID")
+    daemon_json(sd, {**INNER, "labels": ["gpufleet.m10=reload"]}, "m10-reload")
+    assert show(sd, "docker", "MainPID") == pid, "dockerd was restarted for a reloadable key"
+    labels = sd.ssh("docker", "info", "--format", shlex.quote("{{json .Labels}}")).stdout
+    assert "gpufleet.m10=reload" in labels, f"dockerd did not re-read daemon.json: {labels}"
+    fmt = shlex.quote("{{.State.Running}} {{.State.StartedAt}}")
+    state = sd.ssh("docker", "inspect", "-f", fmt, box)
+    assert state.stdout.split() == ["true", started], state.stdout
+    daemon_json(sd, {**INNER, "labels": ["gpufleet.m10=reload"], "log-level": "warn"},
+                "m10-restart")  # fmt: skip
+    assert show(sd, "docker", "MainPID") not in ("", "0", pid), "log-level needs a restart"
+    sd.ssh("docker", "rm", "-f", box)
+
+
+@pytest.fixture(scope="module")
+def toolkit(sd: SystemdTarget) -> PlayResult:
+    """Driver OLD installed and loaded, DCGM holding the GPU; then the toolkit role (1.19.1 from
+    the mirror, docker engine) converged: it enables the CDI refresh units and writes the spec."""
+    sd.ssh(f"gpufleet-sim-driver install {OLD} && modprobe -a {' '.join(sorted(MODULES))} "
+           "&& systemctl restart nvidia-dcgm")
+    extra = {
+        "container_runtime_engine": "docker",
+        "container_runtime_daemon_options": INNER,
+        "nvidia_container_toolkit_source": "mirror",
+        "nvidia_container_toolkit_mirror_url": sd.mirror.url,
+        "nvidia_container_toolkit_mirror_key_url": sd.mirror.key_url,
+        "nvidia_container_toolkit_version": "1.19.1",
+    }
+    return sd.play(COLLECTION / "playbooks/site.yml", "toolkit", "--tags",
+                   "nvidia_container_toolkit", extra_vars=extra)  # fmt: skip
+
+
+def spec_version(sd: SystemdTarget) -> str:
+    proc = sd.ssh("cat", SPEC, check=False)
+    if proc.returncode != 0:
+        return "(no spec)"
+    flag = "--host-driver-version="
+    found = [w.removeprefix(flag) for w in proc.stdout.split() if w.startswith(flag)]
+    assert f"libnvidia-ml.so.{found[0]}" in proc.stdout, proc.stdout
+    return found[0]
+
+
+def test_toolkit_enables_the_cdi_refresh_and_the_spec_names_the_driver(
+    sd: SystemdTarget, toolkit: PlayResult
+) -> None:
+    """M2 (part): both units enabled by the role (the stand-in packages, like NVIDIA's postinst in
+    an image build, enable nothing); the service ran and wrote the spec for the loaded driver."""
+    assert toolkit.rc == 0 and toolkit.host()["failed"] == 0, (
+        f"{toolkit.tail()}\n{sd.journal('nvidia-cdi-refresh.service')}")
+    enabled = sd.ssh("systemctl", "is-enabled", "nvidia-cdi-refresh.path",
+                     "nvidia-cdi-refresh.service", check=False).stdout.split()  # fmt: skip
+    assert enabled == ["enabled", "enabled"], enabled
+    assert spec_version(sd) == OLD
+
+
+@pytest.fixture(scope="module")
+def upgraded(sd: SystemdTarget, toolkit: PlayResult) -> str:
+    """The new driver's packages land (DKMS rewrites modules.dep) while OLD stays loaded: the path
+    unit starts the service, whose `nvidia-smi -L` fails on the mismatch until systemd's start
+    limit ends the retries. Returns the service's final result."""
+    assert toolkit.rc == 0, "toolkit converge failed"
+    sd.ssh(f"gpufleet-sim-driver install {NEW}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if show(sd, "nvidia-cdi-refresh.service", "ActiveState") == "failed":
+            break
+        time.sleep(0.5)
+    return show(sd, "nvidia-cdi-refresh.service", "Result")
+
+
+def test_an_upgrade_without_reload_leaves_the_cdi_spec_stale(
+    sd: SystemdTarget, upgraded: str
+) -> None:
+    """Review M1's mechanism, with real systemd and v1.19.1's units: the refresh gives up and the
+    spec keeps naming the old driver's libraries."""
+    assert upgraded in ("start-limit-hit", "exit-code"), upgraded
+    assert spec_version(sd) == OLD
+
+
+@pytest.fixture(scope="module")
+def reloaded(sd: SystemdTarget, upgraded: str) -> PlayResult:
+    return sd.play(play_path("systemd_driver_runtime.yml"), "driver-reload", extra_vars={
+        "nvidia_driver_persistenced_enabled": False, "nvidia_driver_reboot_allowed": False})
+
+
+def test_module_reload_stops_dcgm_reloads_every_module_and_refreshes_the_spec(
+    sd: SystemdTarget, reloaded: PlayResult
+) -> None:
+    """M3: with nvidia-dcgm holding /dev/nvidia0 the unload succeeds only because the role stops
+    it (else kmod's "Module nvidia is in use" -> a reboot it may not do -> failure); it runs again
+    afterwards. M4: every nvidia* module loaded before is loaded again, nvidia_peermem included.
+    M1: the CDI spec names the new driver. nvidia-smi answers with the new version.
+    The role reads /proc/modules: the simulated list is bound over the kernel's file, or, on a
+    kernel without module support (no such file, as on the 2-core dev VM), opened in its place by
+    a preloaded shim (standin/systemd/procmodules.c, built with gcc); without gcc there it skips."""
+    if sd.ssh("cat", "/proc/modules", check=False).returncode != 0:
+        pytest.skip("no /proc/modules (kernel without module support) and no gcc for the shim")
+    assert reloaded.rc == 0 and reloaded.host()["failed"] == 0, (
+        f"{reloaded.tail()}\n{sd.journal('nvidia-cdi-refresh.service', 'nvidia-dcgm')}")
+    assert "-> action: reload" in reloaded.flat, reloaded.tail()
+    version = sd.ssh("cat", "/proc/driver/nvidia/version").stdout
+    assert f"  {NEW}  " in version, version
+    loaded = {line.split()[0] for line in sd.ssh("cat", "/proc/modules").stdout.splitlines()}
+    assert loaded == MODULES, f"modules after the reload: {sorted(loaded)}"
+    assert show(sd, "nvidia-dcgm", "ActiveState") == "active"
+    holders = sd.ssh("sh", "-c", "'ls -l /proc/[0-9]*/fd 2>/dev/null | grep -c /dev/nvidia0'",
+                     check=False).stdout.strip()  # fmt: skip
+    assert holders == "1", f"nv-hostengine should hold the new /dev/nvidia0 again: {holders}"
+    assert spec_version(sd) == NEW
+    smi = sd.ssh("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    assert smi.stdout.strip() == NEW, smi.stdout
+
+
+def test_the_cdi_spec_is_written_again_at_boot(sd: SystemdTarget, upgraded: str) -> None:
+    """M2: /run is a tmpfs; after a reboot (container restart) the enabled service writes the spec
+    again, for the driver the boot loaded (the new one, reloaded or not before)."""
+    sd.reboot()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and spec_version(sd) == "(no spec)":
+        time.sleep(0.5)
+    assert spec_version(sd) == NEW
+    # A oneshot without RemainAfterExit: inactive again once it succeeded.
+    result = show(sd, "nvidia-cdi-refresh.service", "Result")
+    assert result == "success", result
