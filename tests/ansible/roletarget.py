@@ -8,7 +8,6 @@ own apt configuration names).
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import gzip
 import hashlib
@@ -19,109 +18,32 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the shared harness
+# The tree cache lives in rootfs.py; the other targets and builders reach it through here too.
+from rootfs import (  # noqa: F401 - INCLUDE, debootstrap_cache_lock: re-exported
+    CACHE,
+    INCLUDE,
+    SUITE,
+    debootstrap_cache_lock,
+    host_debian_archives,
+    link_debs,
+    rootfs_tarball,
+    run,
+)
+
 from harness.processes import stop_pid
 
 HERE = Path(__file__).resolve().parent
-CACHE = Path(os.environ.get("GPUFLEET_TEST_CACHE", "/var/cache/gpufleet-tests"))
-SUITE = "bookworm"
-# Bump when the include list or the tree preparation changes: the cached tarball is keyed on it.
-ROOTFS_VERSION = "1"
-INCLUDE = ["python3", "python3-apt", "openssh-server", "ca-certificates"]
 # This suite's loopback range (other suites: 127.0.0.2-60, .200-.210). A run takes the first
 # address where neither sshd (22) nor the mirror (8071) listens: concurrent runs do not collide.
 ADDR_RANGE = range(70, 100)
 MIRROR_PORT = 8071
 TOOLKIT_VERSIONS = ["1.17.8", "1.19.1"]
-
-
-def run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    """Run a command; on failure raise with its output so the test says what broke."""
-    proc = subprocess.run(argv, text=True, capture_output=True, **kw)  # type: ignore[call-overload]
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"{' '.join(argv)} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\n"
-            f"stderr:\n{proc.stderr[-4000:]}"
-        )
-    return proc
-
-
-def host_debian_archives() -> dict[str, str]:
-    """Debian archive URIs by suite, as the host's apt is configured (no host names in code)."""
-    out = run(
-        [
-            "apt-get",
-            "indextargets",
-            "--no-release-info",
-            "--format",
-            "$(REPO_URI) $(RELEASE)",
-            "Identifier: Packages",
-        ]
-    ).stdout
-    found: dict[str, str] = {}
-    for line in out.splitlines():
-        uri, _, release = line.partition(" ")
-        found.setdefault(release, uri)
-    if SUITE not in found:
-        raise RuntimeError(f"the host's apt has no {SUITE} archive configured: {found}")
-    return found
-
-
-def rootfs_tarball(include: Sequence[str] = INCLUDE) -> Path:
-    """The cached minbase tree (tar) with `include`, built with debootstrap when missing."""
-    tarball = CACHE / "debootstrap" / f"{SUITE}-minbase-v{ROOTFS_VERSION}-{'_'.join(include)}.tar"
-    if tarball.exists():
-        return tarball
-    tarball.parent.mkdir(parents=True, exist_ok=True)
-    with debootstrap_cache_lock():
-        if not tarball.exists():
-            _build_rootfs(tarball, include)
-    return tarball
-
-
-@contextlib.contextmanager
-def debootstrap_cache_lock() -> Iterator[None]:
-    """Held while debootstrap fills the shared package cache or the tarball is written: parallel
-    test workers (pytest -n) on a cold cache wait for one build instead of racing on its files."""
-    path = CACHE / "debootstrap" / ".lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _build_rootfs(tarball: Path, include: Sequence[str]) -> None:
-    build = tarball.parent / f"build-{os.getpid()}"
-    shutil.rmtree(build, ignore_errors=True)
-    debs = CACHE / "debootstrap" / "debs"
-    debs.mkdir(exist_ok=True)
-    try:
-        run(
-            [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={','.join(include)}",
-                f"--cache-dir={debs}",
-                SUITE,
-                str(build),
-                host_debian_archives()[SUITE],
-            ]
-        )
-        # Services must not start inside a chroot (no init); the standard Debian mechanism.
-        rc = build / "usr/sbin/policy-rc.d"
-        rc.write_text("#!/bin/sh\n# gpufleet tests: no init in this chroot\nexit 101\n")
-        rc.chmod(0o755)
-        (build / "var/cache/apt/archives").mkdir(parents=True, exist_ok=True)
-        part = tarball.with_suffix(".part")
-        run(["tar", "-C", str(build), "--numeric-owner", "-cf", str(part), "."])
-        part.rename(tarball)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
 
 
 def _in_use(addr: str, port: int) -> bool:
@@ -415,27 +337,12 @@ def ssh_access(t: Target) -> Target:
 APT_CACHE = CACHE / "apt-archives" / f"debian12-{SUITE}"
 
 
-def _link_debs(src: Path, dst: Path) -> None:
-    """Hard-link the .debs that dst lacks (same file system: no copy). Each run has its own archive
-    dir, so concurrent runs never contend for apt's lock on a shared one."""
-    dst.mkdir(parents=True, exist_ok=True)
-    for deb in src.glob("*.deb"):
-        target = dst / deb.name
-        if not target.exists():
-            try:
-                os.link(deb, target)
-            except FileExistsError:
-                continue  # a parallel run linked it meanwhile
-            except OSError:
-                shutil.copy2(deb, target)
-
-
 def seed_apt_cache(t: Target) -> None:
-    _link_debs(APT_CACHE, t.root / "var/cache/apt/archives")
+    link_debs(APT_CACHE, t.root / "var/cache/apt/archives")
 
 
 def save_apt_cache(t: Target) -> None:
-    _link_debs(t.root / "var/cache/apt/archives", APT_CACHE)
+    link_debs(t.root / "var/cache/apt/archives", APT_CACHE)
 
 
 DEV_NODES = ["null", "zero", "full", "random", "urandom", "tty"]

@@ -16,8 +16,9 @@ halt request). The container shares the machine's network namespace: sshd listen
 sysctl, module loading, getty, apt timers) are masked before the first boot.
 
 The tree is the debootstrap minbase cache of tests/ansible/roletarget.py with systemd, dbus and
-docker.io added; everything of one run (host key, client key, sshd config, stand-ins) is copied
-into the created container before it starts, so nothing listens anywhere else even for a moment.
+docker.io added by apt in a chroot (tests/ansible/rootfs.py, cached and keyed on its inputs);
+everything of one run (host key, client key, sshd config, stand-ins) is copied into the created
+container before it starts, so nothing listens anywhere else even for a moment.
 Stand-ins (sources cited in each): tests/ansible/standin/systemd/ (the NVIDIA kernel driver, DCGM)
 and the toolkit packages of roletarget's mirror (nvidia-ctk, the CDI refresh units).
 """
@@ -41,6 +42,7 @@ from dockerlib import LABEL, DockerLab, LabError, free_address, make_lab
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ansible"))
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # tests/: the shared harness
 import roletarget as tg
+import rootfs
 
 from harness.plays import PlayResult, run_play
 from paths import COLLECTION
@@ -48,7 +50,8 @@ from paths import COLLECTION
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 STANDIN = REPO / "tests/ansible/standin/systemd"
-INCLUDE = [*tg.INCLUDE, "systemd", "systemd-sysv", "dbus", "docker.io"]
+# Added by apt to the role tests' cached minbase tree (rootfs.derived_tarball).
+EXTRA = ["systemd", "systemd-sysv", "dbus", "docker.io"]
 HOST = "sd1"
 # Units that act on the machine, not the container (host network, privileged).
 MASKED = [
@@ -155,7 +158,7 @@ def missing_capabilities() -> list[str]:
 
 
 def _image(lab: DockerLab) -> str:
-    tarball = tg.rootfs_tarball(INCLUDE)
+    tarball = rootfs.derived_tarball(EXTRA)
     tag = f"gpufleet/systemd-target:{hashlib.sha256(tarball.name.encode()).hexdigest()[:12]}"
     lab.docker("import", "--change", 'CMD ["/sbin/init"]', str(tarball), tag, timeout=600)
     return tag
