@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     config.option.loadscopereorder = False
     return UnitScheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _no_interrupt_leaks() -> Iterator[None]:
+    """A test ending in the CLI's Ctrl-C path (in-process main()) sets the transports'
+    process-wide CANCEL, which a real gpufleet process exits with; here it would fail every later
+    transport of the worker at once, so it does not outlive its test."""
+    yield
+    from gpufleet.transport._remote import CANCEL  # noqa: PLC0415
+
+    CANCEL.clear()

@@ -451,15 +451,24 @@ def test_ctrl_c_during_a_run_leaves_nothing_behind() -> None:
                     expect=Expectations(smoke_python=sys.executable))
     opts = SmokeOptions(test_hang_rank=1, pg_timeout=600)
 
+    returned = threading.Event()  # never interrupt a later test
+
     def interrupt_once_started() -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not _live_smoke_pids():
             time.sleep(0.2)
         time.sleep(3)  # torchrun has started its workers by now (or is importing torch)
-        os.kill(os.getpid(), signal.SIGINT)
+        if not returned.is_set():
+            os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_once_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        run_smoke(spec, LocalTransport(spec), Facts(), timeout=120, options=opts)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            res = run_smoke(spec, LocalTransport(spec), Facts(), timeout=120, options=opts)
+            pytest.fail(f"the run ended after {time.monotonic() - started:.1f} s, before the "
+                        f"interrupt: {res.status} {res.error!r} {res.log_tail!r}")
+    finally:
+        returned.set()
     assert _live_smoke_pids() == [], "processes of the smoke run survived Ctrl-C"
     assert list(Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*")) == []
