@@ -82,8 +82,8 @@ def _role_converges(c: slurmlib.Cluster) -> None:
     second changes nothing), and they refuse, on a copy, an admin's PreemptType=preempt/none,
     PreemptMode=OFF (in lower case: slurm.conf keys are case-insensitive) and own scavenger
     partition. Slurm then runs the whole test on what the role wrote. The schedule tasks write
-    the cron entry (twice, the second changing nothing) and refuse a bad goal and an interval
-    cron cannot keep; the test's last part runs the entry's line as cron would."""
+    the cron entry (twice, the second changing nothing) and refuse a bad goal, an interval cron
+    cannot keep and a % in a value; the test's last part runs the entry's line as cron would."""
     before = c.conf.read_text()
     conflicting = c.root / "conflicting-slurm.conf"
     admin = "PreemptType=preempt/none\npreemptmode=off\n"
