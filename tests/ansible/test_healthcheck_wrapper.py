@@ -37,10 +37,19 @@ def wrapper(tmp_path_factory: pytest.TempPathFactory) -> Path:
     inventory.write_text(json.dumps({"all": {"hosts": {"n1": {
         "ansible_connection": "local", "render_root": str(root),
         "gpufleet_healthcheck_command": str(cli)}}}}))
+    # A deep-check schedule left from when this host ran deepcheck (the next test).
+    (root / "cron.d").mkdir()
+    (root / "cron.d" / "gpufleet-deepcheck").write_text("0 * * * * root gpufleet deepcheck\n")
     res = run_playbook(REPO / "tests/ansible/playbooks/render_healthcheck.yml", inventory, root,
                        "render-wrapper")
     assert res.rc == 0, res.tail()
     return root / "libexec" / "gpufleet-healthcheck"
+
+
+def test_a_host_that_does_not_schedule_deep_checks_keeps_no_cron_entry(wrapper: Path) -> None:
+    """Moving gpufleet_healthcheck_deepcheck_schedule to another host must not leave two
+    deepcheck runs submitting for the same nodes: the role removes the entry elsewhere."""
+    assert not (wrapper.parents[1] / "cron.d" / "gpufleet-deepcheck").exists()
 
 
 def _run(wrapper: Path, rc: int, write: bool) -> int:

@@ -50,6 +50,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmlib.Clust
         "gpufleet_healthcheck_history_dir": "",
         "gpufleet_healthcheck_counters_file": "",
         "gpufleet_healthcheck_slurm_conf": str(c.conf),
+        # The role removes this file where deep checks are not scheduled: not the machine's own.
+        "gpufleet_healthcheck_deepcheck_cron_file": str(root / "cron.d" / "gpufleet-deepcheck"),
         "gpufleet_healthcheck_breaker_share": 0.5,
         "gpufleet_healthcheck_interval": INTERVAL,
         "gpufleet_mig_expected": False,  # one expectation every node meets, rendered by the role

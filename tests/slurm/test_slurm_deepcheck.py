@@ -2,7 +2,8 @@
 scavenger partition is preempted by a real production job at once (requeued, the node goes to
 the production job), runs again once the node is idle, and its save makes the node covered;
 then a multinode check over both nodes, preempted and requeued whole the same way, covers both
-at the multinode depth.
+at the multinode depth; last, the cron entry the role wrote from the inventory, run as cron
+runs it, submits the check that is due.
 
 Its own small cluster (slurmlib): dc1 and dc2, each in partition gpu (PriorityTier=10) and
 scavenger (PriorityTier=0). The production partition is the line docs/slurm.md shows; the
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shlex
 import subprocess
 import sys
 import time
@@ -46,30 +49,59 @@ def _documented_conf() -> tuple[list[str], str]:
     return [ln for ln in lines if ln != gpu], gpu
 
 
-def _role_writes_the_partition(c: slurmlib.Cluster) -> None:
-    """The healthcheck role's deep-check partition tasks (issue 28) write the scavenger
-    partition and preemption lines into this cluster's slurm.conf, which holds only the
-    production partition; the role is run twice (the second changes nothing) and refuses, on a
-    copy, an admin's PreemptType=preempt/none, PreemptMode=OFF (in lower case: slurm.conf keys
-    are case-insensitive) and own scavenger partition, in one ansible-playbook run. Slurm then runs
-    the whole test on what the role wrote."""
+def _inventory(c: slurmlib.Cluster) -> dict[str, Any]:
+    """The lab's host vars for the role: the partition's nodes, and the deep-check schedule's
+    goals as an admin sets them (issue 28: full weekly, multinode daily). The plan file's name
+    has a space and an apostrophe: the cron line must quote it."""
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "gpufleet_healthcheck_slurm_conf": str(c.conf),
+        "gpufleet_healthcheck_deepcheck_nodes": "dc1,dc2",
+        "gpufleet_healthcheck_deepcheck_schedule": True,
+        "gpufleet_healthcheck_deepcheck_goal": "7d",
+        "gpufleet_healthcheck_deepcheck_multinode_goal": "1d",
+        "gpufleet_healthcheck_deepcheck_every": "15m",
+        # dc2's multinode check ends a minute before the cron run: the default 6 h would hold it.
+        "gpufleet_healthcheck_deepcheck_cooldown": "1s",
+        "gpufleet_healthcheck_deepcheck_max_jobs": 2,
+        "gpufleet_healthcheck_deepcheck_store": str(c.root / "store"),
+        "gpufleet_healthcheck_deepcheck_log_dir": str(c.root / "joblogs"),
+        "gpufleet_healthcheck_deepcheck_extra_args": ["--smoke-timeout", "240"],
+        "gpufleet_healthcheck_deepcheck_cron_file": str(c.root / "cron.d" / "gpufleet-deepcheck"),
+        "gpufleet_healthcheck_deepcheck_output": str(c.root / "deep check's plan.json"),
+        "gpufleet_healthcheck_command": str(VENV_BIN / "gpufleet"),
+        "gpufleet_healthcheck_config_dir": str(c.root),  # expect.yml, as on the nodes
+    }
+
+
+def _role_converges(c: slurmlib.Cluster) -> None:
+    """The healthcheck role's deep-check tasks (issue 28), from the inventory, in one
+    ansible-playbook run. The partition tasks write the scavenger partition and preemption lines
+    into this cluster's slurm.conf, which holds only the production partition; run twice (the
+    second changes nothing), and they refuse, on a copy, an admin's PreemptType=preempt/none,
+    PreemptMode=OFF (in lower case: slurm.conf keys are case-insensitive) and own scavenger
+    partition. Slurm then runs the whole test on what the role wrote. The schedule tasks write
+    the cron entry (twice, the second changing nothing) and refuse a bad goal, an interval cron
+    cannot keep and a % in a value; the test's last part runs the entry's line as cron would."""
     before = c.conf.read_text()
     conflicting = c.root / "conflicting-slurm.conf"
     admin = "PreemptType=preempt/none\npreemptmode=off\n"
     conflicting.write_text(before.replace("ClusterName=", admin + "ClusterName=", 1)
                            + "PartitionName=scavenger Nodes=dc1 State=UP\n")
+    (c.root / "cron.d").mkdir()
+    inventory = c.root / "inventory.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {"localhost": _inventory(c)}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
     t0 = time.monotonic()
     play = subprocess.run(
-        [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
-         "-e", json.dumps({"deepcheck_conf": str(c.conf),
-                           "deepcheck_conflicting_conf": str(conflicting),
-                           "gpufleet_healthcheck_deepcheck_nodes": "dc1,dc2"}),
-         str(REPO / "tests/slurm/playbooks/deepcheck_partition.yml")],
+        [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory),
+         "-e", json.dumps({"deepcheck_conflicting_conf": str(conflicting)}),
+         str(REPO / "tests/slurm/playbooks/deepcheck_role.yml")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
-    print(f"role: deep-check partition written, idempotent, refusal: "
+    print(f"role: deep-check partition and schedule written, idempotent, refusals: "
           f"{time.monotonic() - t0:.1f} s")
     assert play.returncode == 0, play.stdout[-4000:] + play.stderr[-2000:]
     after = c.conf.read_text()
@@ -95,7 +127,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmlib.Clust
     conf = c.conf.read_text()
     assert "CommunicationParameters=NoInAddrAny\n" in conf
     c.conf.write_text(conf.replace("CommunicationParameters=NoInAddrAny\n", ""))
-    _role_writes_the_partition(c)
+    _role_converges(c)
     (root / "expect.yml").write_text(yaml.safe_dump({
         "gpufleet_expected_gpu_count": 0, "gpufleet_smoke_runtime": "host",
         "gpufleet_smoke_python": sys.executable}))
@@ -220,6 +252,7 @@ def test_preempted_deep_check_is_requeued_and_later_covers_the_node(
     assert by_node["dc1"]["why"].startswith("covered "), by_node["dc1"]
     print(f"deepcheck lab test, full checks: {time.monotonic() - t_start:.1f} s")
     _multinode_check_is_requeued_and_covers_both_nodes(cluster)
+    _cron_entry_submits_the_due_check(cluster)
     print(f"deepcheck lab test: {time.monotonic() - t_start:.1f} s")
 
 
@@ -278,3 +311,63 @@ def _multinode_check_is_requeued_and_covers_both_nodes(cluster: slurmlib.Cluster
     print(f"multinode check: production job started {took:.1f} s after submission; "
           f"{time.monotonic() - t0:.1f} s in all")
 
+
+
+def _cron_line(c: slurmlib.Cluster) -> tuple[list[str], str, str]:
+    """The role's one cron entry: (the five time fields, the user, the command)."""
+    text = (c.root / "cron.d" / "gpufleet-deepcheck").read_text()
+    jobs = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(jobs) == 1, text
+    *when, user, command = jobs[0].split(None, 6)
+    return when, user, command
+
+
+def _cron_entry_submits_the_due_check(cluster: slurmlib.Cluster) -> None:
+    """The entry the role wrote from the inventory (issue 28: deep checks scheduled by the role,
+    goals from the inventory), its line run as cron runs it: /bin/sh -c LINE in the user's home
+    with cron's environment only (SHELL=/bin/sh, HOME and LOGNAME from the user's passwd line:
+    crontab(5) of Debian's cron 3.0pl1-162; PATH=/usr/bin:/bin: the default compiled into its
+    /usr/sbin/cron, read with strings, an inference). After the parts above, dc2 is due for a full
+    check (its only check was the multinode one) and both are covered at the multinode depth:
+    the run must submit dc2's full check to the scavenger partition and nothing else."""
+    t0 = time.monotonic()
+    _until("dc1 and dc2 idle", lambda: [s[0] for s in cluster.states().values()] == ["idle"] * 2,
+           cluster, 30)
+    when, user, command = _cron_line(cluster)
+    assert when == ["*/15", "*", "*", "*", "*"] and user == "root", (when, user)
+    inv = _inventory(cluster)
+    defaults = yaml.safe_load((REPO / "ansible_collections/gpufleet/gpu/roles"
+                               "/gpufleet_healthcheck/defaults/main.yml").read_text())
+    gpufleet = inv["gpufleet_healthcheck_command"]
+    assert shlex.split(command) == [
+        "/usr/bin/env", f"PATH={defaults['gpufleet_healthcheck_path']}",
+        f"SLURM_CONF={cluster.conf}", gpufleet, "deepcheck",
+        "--store", inv["gpufleet_healthcheck_deepcheck_store"], "--partition", "scavenger",
+        "--goal", "7d", "--every", "15m", "--cooldown", "1s", "--max-jobs", "2",
+        "--command", gpufleet, "--expect", str(cluster.root / "expect.yml"),
+        "--multinode-goal", "1d", "--multinode-nodes", "2", "--slurm-drain",
+        "--log-dir", inv["gpufleet_healthcheck_deepcheck_log_dir"], "--smoke-timeout", "240",
+        "--format", "json", ">", inv["gpufleet_healthcheck_deepcheck_output"]], command
+
+    home = pwd.getpwnam(user).pw_dir
+    ran = subprocess.run(["/bin/sh", "-c", command], cwd=home, capture_output=True, text=True,
+                         env={"SHELL": "/bin/sh", "HOME": home, "LOGNAME": user,
+                              "PATH": "/usr/bin:/bin"}, timeout=60, check=False)
+    assert ran.returncode == 0 and ran.stdout == "", (ran.returncode, ran.stdout, ran.stderr)
+    plan = json.loads(Path(inv["gpufleet_healthcheck_deepcheck_output"]).read_text())
+    full = {ch["node"]: ch for ch in plan["choices"]}
+    multi = {ch["node"]: ch for ch in plan["multinode"]}
+    assert full["dc2"]["decision"] == "submit" and full["dc2"]["job"], full
+    assert full["dc2"]["why"] == "never passed a full check", full["dc2"]
+    assert full["dc1"]["decision"] == "skip", full
+    assert [multi[n]["decision"] for n in ("dc1", "dc2")] == ["skip", "skip"], multi
+    job = full["dc2"]["job"]
+    try:
+        info = _job(cluster, job)
+        assert info["JobName"] == "gpufleet-deepcheck" and info["ReqNodeList"] == "dc2", info
+        assert info["Partition"] == "scavenger" and info["Requeue"] == "1", info
+        assert info["Nice"] == "1000000", info
+    finally:
+        cluster.run(["scancel", job])
+    print(f"cron entry: dc2's full check submitted as job {job}; "
+          f"{time.monotonic() - t0:.1f} s")
