@@ -464,3 +464,56 @@ def test_toolkit_moves_all_held_packages_to_a_new_pinned_version(
     spec = (role_lab.target.root / "etc/cdi/nvidia.yaml").read_text()
     assert f"--host-driver-version={role_lab.driver_version}" in spec, spec
     assert f"libnvidia-ml.so.{role_lab.driver_version}\n" in spec, spec
+
+
+# `containerd --version` as containerd's binaries print it: App.Name, version.Package,
+# App.Version, version.Revision (containerd/containerd@0e95d5b:cmd/containerd/command/main.go,
+# cli.VersionPrinter); Package is filled at link time with the module path
+# (containerd/containerd@0340e84:version/version.go), github.com/containerd/containerd/v2 from 2.0
+# (the module's /v2 path; inferred for the binary's text); App.Version is the release tag with its
+# "v". The revisions are placeholders of the right form (inferred); the role reads only the version.
+CONTAINERD_VERSION_OUTPUT = {
+    "2.1.4": "containerd github.com/containerd/containerd/v2 v2.1.4 " + "75cb2b71" * 5,
+    "1.7.27": "containerd github.com/containerd/containerd v1.7.27 " + "05044ec0" * 5,
+}
+
+
+@pytest.mark.parametrize(
+    ("release", "version", "cri"),
+    [("2.1.4", 3, "io.containerd.cri.v1.runtime"), ("1.7.27", 2, "io.containerd.grpc.v1.cri")],
+)
+def test_a_new_containerd_config_has_the_version_of_the_installed_containerd(
+    role_lab: RoleLab, release: str, version: int, cri: str
+) -> None:
+    """Issue 23 L12: with no config.toml, the role writes `version = 3` (and runc's options
+    under containerd 2's CRI runtime plugin) for a containerd that reports 2.x, `version = 2`
+    for 1.7: a version-3 drop-in is not loaded under a version-2 root on containerd 2
+    (containerd/containerd#12891). A stand-in `containerd` in /usr/local/bin (first on the
+    target's PATH) prints the version; the target's config.toml is put back afterwards."""
+    root = role_lab.target.root
+    etc = root / "etc/containerd"
+    saved = etc / "config.toml.l12"
+    standin = root / "usr/local/bin/containerd"
+    standin.parent.mkdir(parents=True, exist_ok=True)
+    standin.write_text(f"#!/bin/sh\necho '{CONTAINERD_VERSION_OUTPUT[release]}'\n")
+    standin.chmod(0o755)
+    had_config = (etc / "config.toml").exists()
+    if had_config:
+        (etc / "config.toml").rename(saved)
+    try:
+        res = role_lab.play(
+            Path(__file__).parent / "playbooks/containerd_config.yml",
+            f"containerd-config-{release}",
+            extra_vars={"container_runtime_containerd_systemd_cgroup": True},
+        )
+        assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+        config = tomllib.loads((etc / "config.toml").read_text())
+        assert config["version"] == version, config
+        assert config["imports"] == ["/etc/containerd/conf.d/*.toml"], config
+        runc = config["plugins"][cri]["containerd"]["runtimes"]["runc"]
+        assert runc["options"] == {"SystemdCgroup": True}, config
+    finally:
+        standin.unlink()
+        (etc / "config.toml").unlink(missing_ok=True)
+        if had_config:
+            saved.rename(etc / "config.toml")

@@ -6,7 +6,9 @@ The tests share the one container and run in file order, each leaving the state 
 from: M10 (docker reloaded, not restarted), the toolkit converged (M2's enable), the stale CDI spec
 after an upgrade without a reload (the refresh service gives up: review M1's mechanism), the driver
 role's reload (M3 daemons stopped and started, M4 the same modules back, M1 the spec regenerated),
-and a reboot (M2: the spec written again at boot)."""
+a reboot (M2: the spec written again at boot), and last the persistenced drop-in over a unit
+under a /lib that is not merged into /usr (L3). The toolkit converge fetches its key and packages
+through a real HTTP proxy named by nvidia_container_toolkit_environment (L11)."""
 
 from __future__ import annotations
 
@@ -17,9 +19,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+import roletarget as tg
 from systemdtarget import COLLECTION, PlayResult, SystemdTarget, play_path, start_systemd_target
+
+from harness.proxy import HttpProxy, start_http_proxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.ansible, pytest.mark.slow]
 
@@ -81,11 +87,21 @@ def test_daemon_json_reloadable_change_reloads_docker_and_the_container_lives(
 
 
 @pytest.fixture(scope="module")
-def toolkit(sd: SystemdTarget) -> PlayResult:
+def proxy(sd: SystemdTarget) -> Iterator[HttpProxy]:
+    """tinyproxy on the run's address (the target shares this network namespace)."""
+    with start_http_proxy(sd.logdir / "proxy", sd.addr) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def toolkit(sd: SystemdTarget, proxy: HttpProxy) -> PlayResult:
     """Driver OLD installed and loaded, DCGM holding the GPU; then the toolkit role (1.19.1 from
-    the mirror, docker engine) converged: it enables the CDI refresh units and writes the spec."""
+    the mirror, docker engine) converged: it enables the CDI refresh units and writes the spec.
+    The role's environment names the proxy, as behind a site proxy (L11); the Debian archive the
+    target's apt also updates from stays direct (no_proxy), as it is without a proxy."""
     sd.ssh(f"gpufleet-sim-driver install {OLD} && modprobe -a {' '.join(sorted(MODULES))} "
            "&& systemctl restart nvidia-dcgm")
+    archives = sorted({urlsplit(u).hostname or "" for u in tg.host_debian_archives().values()})
     extra = {
         "container_runtime_engine": "docker",
         "container_runtime_daemon_options": INNER,
@@ -93,6 +109,8 @@ def toolkit(sd: SystemdTarget) -> PlayResult:
         "nvidia_container_toolkit_mirror_url": sd.mirror.url,
         "nvidia_container_toolkit_mirror_key_url": sd.mirror.key_url,
         "nvidia_container_toolkit_version": "1.19.1",
+        "nvidia_container_toolkit_environment": {
+            "http_proxy": proxy.url, "no_proxy": ",".join(archives)},
     }
     return sd.play(COLLECTION / "playbooks/site.yml", "toolkit", "--tags",
                    "nvidia_container_toolkit", extra_vars=extra)  # fmt: skip
@@ -119,6 +137,19 @@ def test_toolkit_enables_the_cdi_refresh_and_the_spec_names_the_driver(
                      "nvidia-cdi-refresh.service", check=False).stdout.split()  # fmt: skip
     assert enabled == ["enabled", "enabled"], enabled
     assert spec_version(sd) == OLD
+
+
+def test_the_toolkit_fetches_its_key_and_packages_through_the_roles_proxy(
+    sd: SystemdTarget, proxy: HttpProxy, toolkit: PlayResult
+) -> None:
+    """L11: with nvidia_container_toolkit_environment naming an HTTP proxy, the signing key
+    download (ansible.builtin.uri on the target) and apt's fetches from the mirror go through it:
+    the proxy's log has the requests (without the role's `environment` both go direct)."""
+    assert toolkit.rc == 0, "toolkit converge failed"
+    seen = proxy.requests()
+    assert f"GET {sd.mirror.key_url} HTTP/1.1" in seen, seen
+    apt = [r for r in seen if r.startswith(f"GET {sd.mirror.url}") and sd.mirror.key_url not in r]
+    assert apt, f"apt fetched nothing from {sd.mirror.url} through the proxy: {seen}"
 
 
 @pytest.fixture(scope="module")
@@ -190,3 +221,59 @@ def test_the_cdi_spec_is_written_again_at_boot(sd: SystemdTarget, upgraded: str)
     # A oneshot without RemainAfterExit: inactive again once it succeeded.
     result = show(sd, "nvidia-cdi-refresh.service", "Result")
     assert result == "success", result
+
+
+# A tree where /lib is not /usr/lib (as on a system without merged /usr), made in place from the
+# merged tree: /lib and /lib/systemd hold links to what /usr/lib has, /lib/systemd/system is a
+# directory of its own. Debian 12's systemd 252 searches /lib/systemd/system after /usr/lib's
+# (built with split-usr: its libsystemd-shared names /lib/systemd/system-preset and
+# /lib/systemd/system-generators), and drops it only while it resolves to /usr/lib/systemd/system.
+SPLIT_LIB = """
+import os, sys
+os.mkdir("/lib.split")
+for parent, keep in (("", "systemd"), ("/systemd", "system")):
+    for e in os.listdir("/usr/lib" + parent):
+        if e != keep:
+            os.symlink("/usr/lib" + parent + "/" + e, "/lib.split" + parent + "/" + e)
+    os.mkdir("/lib.split" + parent + "/" + keep)
+os.rename(sys.argv[1], "/lib.split/systemd/system/nvidia-persistenced.service")
+os.unlink("/lib")
+os.rename("/lib.split", "/lib")
+"""
+MERGE_LIB = """
+import os, shutil
+os.rename("/lib", "/lib.split")
+os.symlink("usr/lib", "/lib")
+shutil.rmtree("/lib.split")
+"""
+UNIT = "nvidia-persistenced.service"
+
+
+def test_persistence_mode_drop_in_takes_effect_over_a_unit_under_lib(sd: SystemdTarget) -> None:
+    """L3: the packaged unit (stand-in: tests/ansible/standin/systemd/nvidia-persistenced.service,
+    sources in it) lies only in /lib/systemd/system, which is not /usr/lib/systemd/system; the
+    role finds it through systemd (FragmentPath), writes the drop-in, and after its daemon-reload
+    systemd runs nvidia-persistenced with --persistence-mode. Runs last: /lib is merged again
+    afterwards."""
+    sd.lab.docker("cp", str(Path(__file__).parents[1] / "ansible/standin/systemd" / UNIT),
+                  f"{sd.container}:/root/{UNIT}")  # fmt: skip
+    sd.ssh("python3", "-c", shlex.quote(SPLIT_LIB), f"/root/{UNIT}")
+    try:
+        sd.ssh("systemctl", "daemon-reload")
+        where = show(sd, UNIT, "FragmentPath")
+        assert where == f"/lib/systemd/system/{UNIT}", (
+            f"systemd should read the unit from /lib/systemd/system: {where!r}")
+        usr = sd.ssh("test", "-e", f"/usr/lib/systemd/system/{UNIT}", check=False)
+        assert usr.returncode != 0, "the unit must not be under /usr/lib/systemd/system too"
+        res = sd.play(play_path("systemd_persistenced.yml"), "persistenced")
+        assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+        argv = show(sd, UNIT, "ExecStart")
+        want = ("argv[]=/usr/bin/nvidia-persistenced --user nvidia-persistenced "
+                "--persistence-mode --verbose ;")  # fmt: skip
+        assert want in argv, f"ExecStart after the role: {argv}"
+        dropins = show(sd, UNIT, "DropInPaths")
+        assert "gpufleet-persistence-mode.conf" in dropins, dropins
+    finally:
+        sd.ssh("python3", "-c", shlex.quote(MERGE_LIB), check=False)
+        sd.ssh("rm", "-rf", f"/etc/systemd/system/{UNIT}.d", check=False)
+        sd.ssh("systemctl", "daemon-reload", check=False)
