@@ -454,10 +454,14 @@ def test_ctrl_c_during_a_run_leaves_nothing_behind() -> None:
     returned = threading.Event()  # never interrupt a later test
 
     def interrupt_once_started() -> None:
+        # The launch wrapper writes its pgid file as it starts the ranks (cheap to look for: a
+        # /proc scan takes seconds on a loaded CI machine, and the watchdog ends this hung world
+        # 15 s after rank 1 stops).
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not _live_smoke_pids():
-            time.sleep(0.2)
-        time.sleep(3)  # torchrun has started its workers by now (or is importing torch)
+        while time.monotonic() < deadline and not list(
+                Path("/tmp").glob(f"gpufleet-smoke.{RUN_PREFIX}*/pgid")):
+            time.sleep(0.1)
+        time.sleep(1)  # the ranks are starting (importing torch) or running by now
         if not returned.is_set():
             os.kill(os.getpid(), signal.SIGINT)
 
