@@ -14,18 +14,15 @@ on both sides).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import build_test_image
 import dockerlib
 import pytest
-from dockerlib import DockerLab
+from dockerlib import DockerLab, scratch_workdir
 from imagetarget import ImageTarget, PlayResult, start_image_target
 
 __all__ = ["DockerLab", "ImageTarget", "PlayResult"]
@@ -45,17 +42,10 @@ def docker_lab() -> Iterator[DockerLab]:
 
 @pytest.fixture(scope="session")
 def image_target(docker_lab: DockerLab) -> Iterator[ImageTarget]:
-    workdir = Path(f"/var/tmp/gpufleet-image-target-{os.getpid()}")
-    shutil.rmtree(workdir, ignore_errors=True)
-    try:
-        with start_image_target(workdir, docker_lab) as t:
-            yield t
-    finally:
-        keep = Path(os.environ.get("GPUFLEET_IMAGE_TEST_LOGS", "/var/tmp/gpufleet-image-test-logs"))
-        shutil.rmtree(keep, ignore_errors=True)
-        if (workdir / "logs").exists():
-            shutil.copytree(workdir / "logs", keep)
-        subprocess.run(["rm", "-rf", "--one-file-system", str(workdir)], check=False)
+    with scratch_workdir("gpufleet-image-target", "GPUFLEET_IMAGE_TEST_LOGS",
+                         "/var/tmp/gpufleet-image-test-logs") as workdir, \
+            start_image_target(workdir, docker_lab) as t:
+        yield t
 
 
 def report_json(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:

@@ -481,3 +481,20 @@ def make_lab(
         yield lab
     finally:
         lab.close()
+
+
+@contextlib.contextmanager
+def scratch_workdir(name: str, logs_env: str, logs_default: str) -> Iterator[Path]:
+    """/var/tmp/NAME-PID for one target's run, emptied first; afterwards (also on failure and
+    Ctrl-C) its logs/ are kept at $LOGS_ENV (default LOGS_DEFAULT) and the rest removed without
+    crossing into mounts the run left behind."""
+    workdir = Path(f"/var/tmp/{name}-{os.getpid()}")
+    shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        yield workdir
+    finally:
+        keep = Path(os.environ.get(logs_env, logs_default))
+        shutil.rmtree(keep, ignore_errors=True)
+        if (workdir / "logs").exists():
+            shutil.copytree(workdir / "logs", keep)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(workdir)], check=False)
