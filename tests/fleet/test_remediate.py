@@ -28,7 +28,7 @@ HOSTS = [("gpu-reset", "recovery-reset"), ("gpu-again", "recovery-reset"), ("gpu
 # /proc/sys/kernel/random/boot_id before, the command, reconnecting until the boot id differs,
 # the test command.
 SIM_REBOOT = ["-e", "remediate_reboot_command=/usr/local/sbin/gpufleet-sim-reboot",
-              "-e", "remediate_reboot_timeout=240"]
+              "-e", "remediate_reboot_timeout=120"]  # under _play's 180 s, so Ansible says why
 
 
 @pytest.fixture(scope="module")

@@ -553,7 +553,18 @@ if [ -z "$ns" ] || [ "$(cat "$state/pidns" 2>/dev/null)" != "$ns" ]; then
     echo "gpufleet-sim-reboot: not inside a simulated host's boot ($state/pidns is not $ns): refused" >&2
     exit 1
 fi
-setsid sh -c 'sleep 1; kill -TERM 1' </dev/null >/dev/null 2>&1 &
+# Detached as shutdown's request to init is: a new session (setsid -f forks, so the child is never
+# a group leader), SIGHUP ignored. A background child that has not yet left the session dies in
+# the hangup when an `ssh -tt` session (Ansible's) ends right after this script, and the host then
+# never goes down; so the script returns only once the child has left (it writes $ready first).
+ready="$state/reboot-detached.$$"
+setsid -f sh -c 'trap "" HUP; : >"$1"; sleep 1; kill -TERM 1' sh "$ready" </dev/null >/dev/null 2>&1
+i=0
+while [ ! -e "$ready" ]; do
+    i=$((i + 1))
+    if [ "$i" -gt 100 ]; then echo "gpufleet-sim-reboot: the detached child never started" >&2; exit 1; fi
+    sleep 0.05
+done
 echo "Reboot scheduled (simulated host; arguments: $*)"
 """
 
