@@ -8,10 +8,11 @@ need=()
 for pkg in python3 python3-venv python3-pip openssh-server openssh-client debootstrap iproute2 procps \
            util-linux sudo git ca-certificates gnupg apt-utils dpkg-dev docker.io docker-registry \
            slurmctld slurmd slurm-client munge prometheus cron \
-           rpm createrepo-c tinyproxy-bin \
+           rpm createrepo-c tinyproxy-bin kmod \
            g++ python3-dev; do  # g++, python3-dev: torch.compile on CPU (inductor) in smoke tests;
   # rpm, createrepo-c: rpmbuild/rpmsign/createrepo_c/modifyrepo_c build the RHEL role tests' repos
   # prometheus: promtool, which checks and unit-tests the shipped alert rules
+  # kmod: depmod, which builds the role tests' module index for a simulated newer kernel
   # cron: crontab, which ansible.builtin.cron needs to write the deep-check schedule's cron.d file
   # tinyproxy-bin: the HTTP proxy the role tests send key downloads through (the binary only: the
   # tinyproxy package's init script would start one on every address)

@@ -2,12 +2,13 @@
 
 One fleet for the module; each test shapes the links, runs the CLI inside the controller's
 namespace and clears the shaping again. Worlds are made cheap (1 gloo rank per host, one 1 MiB
-size in the sweep) but real: torchrun over SSH, c10d rendezvous, gloo across the bridge. A host
+size in the sweep) but real: the smoke's launcher over SSH on every host, the store on the first,
+gloo across the bridge. A host
 throttled to 45 Mbit/s (tbf on both ends of its veth) made 1 MiB worlds 8-160x slower here (the
 more the machine is loaded, the less: clean worlds turn latency-bound); the inventory's floor
 gpufleet_multinode_min_busbw_gbps sits between the two.
 
-Ranks follow the hosts' addresses (torchrun's c10d rendezvous sorts its participants), so in a
+Node ranks follow the world's members in name order (run_multinode), so in a
 world ring neighbours are neighbours in name order: the throttled pair is two such neighbours,
 the only pairs a ring all-reduce sends across (docs/localize.md, "what a world can see").
 """

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.smoke import levels
+from gpufleet.smoke.remote import ddp, launch
 from gpufleet.smoke.remote.launch import Watchdog, exit_info, new_kernel_lines
 
 QUICK = levels.get("quick").watchdog
@@ -75,3 +76,37 @@ def test_exit_info_and_new_kernel_lines() -> None:
     assert got["oom"] == ["[3] Out of memory: Killed process 42 (python3)"]
     assert new_kernel_lines(None, []) == {"read": False}
     assert all(lv.watchdog["beat"] > lv.watchdog["stall"] for lv in levels.LEVELS.values())
+
+
+# A rank stand-in: records the environment the launcher gave it, as rank<RANK>.env.
+_RANK = ("import json, os, sys\n"
+         "keys = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'GROUP_RANK',"
+         " 'MASTER_ADDR', 'MASTER_PORT')\n"
+         "d = sys.argv[1]\n"
+         "open(os.path.join(d, 'rank%s.env' % os.environ['RANK']), 'w').write("
+         "json.dumps({k: os.environ[k] for k in keys}))\n")
+
+
+def test_spawn_gives_a_world_member_its_global_ranks_and_the_first_hosts_store(
+        tmp_path: Path) -> None:
+    """Node 1 of a world of 3 nodes x 2 ranks: global ranks 2 and 3, the store named by the
+    controller (the first host's address and port), never a port of its own."""
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK)
+    world = launch.World(nnodes=3, node_rank=1, master_addr="10.0.0.1", master_port=29501)
+    assert launch.spawn(2, str(script), [str(tmp_path)], str(tmp_path), QUICK, world=world) == 0
+    envs = {r: json.loads((tmp_path / f"rank{r}.env").read_text()) for r in (2, 3)}
+    assert envs[2] == {"RANK": "2", "LOCAL_RANK": "0", "WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "2",
+                       "GROUP_RANK": "1", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29501"}
+    assert envs[3]["RANK"] == "3" and envs[3]["LOCAL_RANK"] == "1"
+    record = json.loads((tmp_path / "launcher.json").read_text())
+    assert sorted(record["ranks"]) == ["2", "3"] and record["verdict"] is None
+    with pytest.raises(SystemExit, match="--master-port is required"):
+        launch.spawn(2, str(script), [str(tmp_path)], str(tmp_path), QUICK,
+                     world=launch.World(nnodes=2, node_rank=1))
+
+
+def test_the_ranks_never_see_the_launchers_own_options() -> None:
+    argv = ["--spawn", "2", "--nnodes", "4", "--node-rank=3", "--master-addr", "-gpu1",
+            "--master-port", "29501", "--run-dir", "/tmp/x", "--host=-node-rank"]
+    assert ddp._without_spawn(argv) == ["--run-dir", "/tmp/x", "--host=-node-rank"]

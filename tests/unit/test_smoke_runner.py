@@ -216,13 +216,31 @@ def test_docker_command_passes_gpus_only_where_the_host_has_them() -> None:
     assert "--runtime=nvidia" not in docker_argv(8, ("runc",))  # --gpus alone (toolkit hook)
 
 
-def test_multinode_command_uses_c10d_on_the_first_host_over_loopback() -> None:
+def test_multinode_command_spawns_node_ranks_with_the_store_on_the_first_host() -> None:
+    """A world over host python needs no torchrun: each host's launcher starts its ranks as
+    node rank i of the controller's order, global rank 0 (the first host) hosts the store."""
     first, other = _host("n1", "127.0.0.2"), _host("n2", "127.0.0.3")
     rdzv = {"endpoint": "127.0.0.2:29999", "id": "gfsmoke-test", "nnodes": 2}
     a = build_command(first, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
-                        timeout=120, rendezvous={**rdzv, "is_host": True})
+                      timeout=120, rendezvous={**rdzv, "is_host": True, "node_rank": 0})
     b = build_command(other, level="quick", opts=SmokeOptions(), nproc=2, ref=None,
-                        timeout=120, rendezvous={**rdzv, "is_host": False})
+                      timeout=120, rendezvous={**rdzv, "is_host": False, "node_rank": 1})
+    for argv, rank in ((a, "0"), (b, "1")):
+        j = argv.index("--spawn")
+        assert argv[j:j + 10] == ["--spawn", "2", "--nnodes", "2", "--node-rank", rank,
+                                  "--master-addr", "127.0.0.2", "--master-port", "29999"]
+        assert "torch.distributed.run" not in argv and "watch" not in argv
+        assert "GLOO_SOCKET_IFNAME=lo" in argv
+
+
+def test_multinode_command_uses_c10d_on_the_first_host_with_torchrun() -> None:
+    first, other = _host("n1", "127.0.0.2"), _host("n2", "127.0.0.3")
+    rdzv = {"endpoint": "127.0.0.2:29999", "id": "gfsmoke-test", "nnodes": 2}
+    opts = SmokeOptions(launcher="torchrun")
+    a = build_command(first, level="quick", opts=opts, nproc=2, ref=None,
+                      timeout=120, rendezvous={**rdzv, "is_host": True, "node_rank": 0})
+    b = build_command(other, level="quick", opts=opts, nproc=2, ref=None,
+                      timeout=120, rendezvous={**rdzv, "is_host": False, "node_rank": 1})
     for argv, is_host, addr in ((a, 1, "127.0.0.2"), (b, 0, "127.0.0.3")):
         assert "--rdzv_backend=c10d" in argv and "--nnodes=2" in argv
         assert "--rdzv_endpoint=127.0.0.2:29999" in argv and "--rdzv_id=gfsmoke-test" in argv
@@ -233,9 +251,10 @@ def test_multinode_command_uses_c10d_on_the_first_host_over_loopback() -> None:
 
 def test_local_addr_only_where_torchrun_has_it() -> None:
     h = _host("n1", "127.0.0.2")
-    rdzv = {"endpoint": "127.0.0.2:29999", "id": "x", "nnodes": 2, "is_host": True}
+    rdzv = {"endpoint": "127.0.0.2:29999", "id": "x", "nnodes": 2, "is_host": True,
+            "node_rank": 0}
     h.versions = {"torch": "2.1.2+cu121"}
-    old = build_command(h, level="quick", opts=SmokeOptions(), nproc=1, ref=None,
+    old = build_command(h, level="quick", opts=SmokeOptions(launcher="torchrun"), nproc=1, ref=None,
                           timeout=60, rendezvous=rdzv)
     assert not any(a.startswith("--local_addr") for a in old)
     assert command.torch_at_least("2.11.0+cu130", (2, 2))

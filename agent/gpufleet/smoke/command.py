@@ -98,7 +98,7 @@ def build_command(
     )
     if iface:
         env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
-    # torchrun (multinode, images) runs under the package's watchdog (remote/launch.py).
+    # torchrun (images, or on request) runs under the package's watchdog (remote/launch.py).
     watch = [h.script, "watch", "--run-dir", h.run_dir, f"--level-spec={spec}",
              "--nproc", str(nproc), "--"]
     if h.runtime == "docker":
@@ -111,10 +111,19 @@ def build_command(
             image_ref(h), "python3", *watch, "torchrun", *trun, *script_args,
         ]  # fmt: skip
         envs = [f"{MARKER}={h.run_id}"]
-    elif rendezvous is None and opts.launcher != "torchrun":
-        # One node: the script's own launcher starts the ranks; torchrun would first spend
-        # 3-4 s importing torch in its launcher process (benchmarks/results, 2026-11-30).
-        inner = [exp.smoke_python, h.script, "--spawn", str(nproc), *script_args[1:]]
+    elif opts.launcher != "torchrun":
+        # The script's own launcher starts the ranks: torchrun would first spend 3-4 s importing
+        # torch in its launcher process (benchmarks/results, 2026-11-30), on every host of a
+        # world, then run its c10d rendezvous. A world's node ranks are the controller's order
+        # of its members and global rank 0's process hosts the store, torchrun's static
+        # rendezvous (--node-rank --master-addr --master-port).
+        inner = [exp.smoke_python, h.script, "--spawn", str(nproc)]
+        if rendezvous is not None:
+            addr, _, port = str(rendezvous["endpoint"]).rpartition(":")
+            inner += ["--nnodes", str(rendezvous["nnodes"]),
+                      "--node-rank", str(rendezvous["node_rank"]),
+                      "--master-addr", addr, "--master-port", port]
+        inner += script_args[1:]
         envs = [f"{k}={v}" for k, v in env.items()]
     else:
         inner = [exp.smoke_python, *watch, exp.smoke_python, "-m", "torch.distributed.run",

@@ -144,7 +144,8 @@ def run_multinode(
     options: SmokeOptions | None = None,
     versions: Mapping[str, Mapping[str, str | None]] | None = None,
 ) -> dict[str, SmokeResult]:
-    """One world over every member (torchrun with c10d rendezvous on the first host).
+    """One world over every member, node ranks in their order, the store on the first host
+    (the package's launcher; torchrun's c10d rendezvous where torchrun runs: smoke/command.py).
 
     Each host gets a SmokeResult carrying the world's checks and that host's own bandwidth.
     Before launching, torch/CUDA/NCCL versions are compared across the group: mismatched NCCL
@@ -196,8 +197,9 @@ def run_multinode(
         ref = dict(world.busbw_gbps) if world is not None else None
         argvs = {
             h.spec.name: build_command(h, level=level, opts=opts, nproc=nproc, ref=ref,
-                                  timeout=timeout, rendezvous={**rdzv, "is_host": h is first})
-            for h in hosts
+                                  timeout=timeout, rendezvous={**rdzv, "is_host": h is first,
+                                                               "node_rank": i})
+            for i, h in enumerate(hosts)
         }  # fmt: skip
         _launch_world(hosts, argvs, timeout)
     except BaseException:

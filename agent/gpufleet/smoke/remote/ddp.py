@@ -1,5 +1,6 @@
-"""gpufleet DDP/NCCL smoke test, rank side: one rank per GPU (or N CPU ranks), started by torchrun
-(multinode, images) or by the package's own `--spawn N` launcher (one node, host python).
+"""gpufleet DDP/NCCL smoke test, rank side: one rank per GPU (or N CPU ranks), started by the
+package's own `--spawn N` launcher (host python, one node or each node of a world) or by torchrun
+(images; on request).
 
 It runs on the host under whatever Python (>= 3.8) and torch (>= 2.1) the host or the pinned
 image ships, so this package (smoke/remote/) imports only the stdlib and torch. The controller
@@ -69,7 +70,13 @@ def parse_args(argv):
                    help="print this runtime's torch/CUDA/NCCL versions as JSON and exit")
     # Test-only: make one rank stop before a collective, to prove hang handling.
     p.add_argument("--spawn", type=int, default=None, metavar="N",
-                   help="single-node launcher: start N local ranks (instead of torchrun)")
+                   help="launcher: start N local ranks (instead of torchrun)")
+    # With --spawn, this host's place in a world of several (torchrun's static rendezvous:
+    # --nnodes --node-rank --master-addr --master-port; global rank 0's process hosts the store).
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, default=0, help="0: a free port (one node only)")
     p.add_argument("--test-hang-rank", type=int, default=None)
     p.add_argument("--test-hang-phase", default="allreduce_exact")
     return p.parse_args(argv)
@@ -230,14 +237,18 @@ def _bandwidth(ctx, args, gathered, info, timeout, timings):  # noqa: PLR0917
     return bw
 
 
+LAUNCHER_ONLY = ("--spawn", "--nnodes", "--node-rank", "--master-addr", "--master-port")
+
+
 def _without_spawn(argv):
+    """argv for the ranks: the launcher's own options (each with its value) left out."""
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
-        elif a == "--spawn":
+        elif a in LAUNCHER_ONLY:
             skip = True
-        elif not a.startswith("--spawn="):
+        elif not a.startswith(tuple(o + "=" for o in LAUNCHER_ONLY)):
             out.append(a)
     return out
 
@@ -251,8 +262,9 @@ def main(argv=None):
         return print_versions()
     spec = json.loads(args.level_spec or '{"watchdog": {}}')
     if args.spawn:
+        world = launch.World(args.nnodes, args.node_rank, args.master_addr, args.master_port)
         return launch.spawn(args.spawn, os.path.abspath(sys.argv[0]), _without_spawn(argv),
-                            args.run_dir, spec["watchdog"])
+                            args.run_dir, spec["watchdog"], world=world)
     pg.start(args.run_dir, args.host,
              args.test_hang_phase if args.test_hang_rank == pg.RANK else None)
     if args.deadline_in:

@@ -1,11 +1,12 @@
 """gpufleet smoke launcher and watchdog: part of the shipped package (stdlib only).
 
 Two ways in:
-- `smoke.pyz --spawn N ...` (one node, host python) calls `spawn()`: the ranks are this
-  process's children, so their exit codes and killing signals are known exactly;
-- `smoke.pyz watch --run-dir D --level-spec JSON -- CMD...` (torchrun, images,
-  multinode) runs CMD (torchrun) and watches the ranks it starts through their progress files
-  (pid inside).
+- `smoke.pyz --spawn N [--nnodes M --node-rank R --master-addr A --master-port P] ...` (host
+  python, one node or each node of a world) calls `spawn()`: the ranks are this process's
+  children, so their exit codes and killing signals are known exactly;
+- `smoke.pyz watch --run-dir D --level-spec JSON -- CMD...` (torchrun: images, or on request)
+  runs CMD (torchrun) and watches the ranks it starts through their progress files (pid
+  inside).
 
 The limits come from the level's `watchdog` row (gpufleet.smoke.levels), one per verdict.
 
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 SCHEMA = "gpufleet.smoke-launcher/v1"
 POLL_S = 0.1
@@ -225,25 +226,49 @@ def _write(run_dir: str, obj: dict[str, Any]) -> None:
     os.replace(path + ".tmp", path)
 
 
-def spawn(n: int, script: str, argv: list[str], run_dir: str,
-          limits: Mapping[str, float]) -> int:
-    """Single-node launcher, torchrun --standalone --max_restarts=0 without torchrun's cost.
+class World(NamedTuple):
+    """This host's place in the world: torchrun's static rendezvous (`--nnodes --node-rank
+    --master-addr --master-port`). Global rank 0 (node 0's local rank 0) hosts the TCP store
+    that init_process_group's env:// method makes; the others connect to it, each within the
+    process group's timeout."""
 
-    torchrun's launcher process imports torch (3-4 s on an H200 host) before any rank starts;
-    this one imports nothing. Ranks share this process group (the runner's timeout and kill
-    reach them) and the environment (the run marker).
+    nnodes: int = 1
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0  # 0: a free port on this host (one node only)
+
+
+ONE_NODE = World()
+
+
+def spawn(n: int, script: str, argv: list[str], run_dir: str,
+          limits: Mapping[str, float], *, world: World = ONE_NODE) -> int:
+    """The launcher: torchrun --max_restarts=0 (standalone, or a static rendezvous over several
+    hosts) without torchrun's cost.
+
+    torchrun's launcher process imports torch (3-4 s on an H200 host, 1.5 s of CPU on the
+    test machine, per host and world) before any rank starts, then runs its c10d rendezvous;
+    this one imports nothing and starts the ranks at once. Ranks share this process group (the
+    runner's timeout and kill reach them) and the environment (the run marker).
     """
     before, klog_err = read_kernel_log()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = world.master_port
+    if not port:
+        if world.nnodes > 1:
+            raise SystemExit("--master-port is required with --nnodes > 1")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
     dog = Watchdog(run_dir, limits, n)
+    # Keyed by global rank, as the ranks name their progress files (the watchdog reads them).
     procs: dict[int, subprocess.Popen[bytes]] = {}
     for r in range(n):
-        env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(n),
-                   LOCAL_WORLD_SIZE=str(n), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+        rank = world.node_rank * n + r
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(r),
+                   WORLD_SIZE=str(world.nnodes * n), LOCAL_WORLD_SIZE=str(n),
+                   GROUP_RANK=str(world.node_rank), MASTER_ADDR=world.master_addr,
                    MASTER_PORT=str(port))
-        procs[r] = subprocess.Popen([sys.executable, script, *argv], env=env)
+        procs[rank] = subprocess.Popen([sys.executable, script, *argv], env=env)
     ranks: dict[str, dict[str, Any]] = {
         str(r): {"pid": p.pid, "ended_by_watchdog": False} for r, p in procs.items()
     }
