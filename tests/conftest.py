@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,6 +104,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     config.option.loadscopereorder = False
     return UnitScheduling(config, log)
+
+
+@pytest.fixture(autouse=True)
+def _dev_null_stays_a_device() -> Iterator[None]:
+    """Tests run as root and unshare, chroot and bind-mount: a rename or unlink that reaches the
+    machine's /dev/null (seen once this session: a plain file there, every later apt in a chroot
+    then failing on gpgv) breaks every test after it in ways that name the wrong culprit. The
+    test during which it happened fails here instead (on two workers: it or the other's)."""
+    yield
+    mode = os.stat("/dev/null").st_mode
+    assert stat.S_ISCHR(mode), ("/dev/null is no longer a character device after this test "
+                                "(mknod -m 666 /dev/null c 1 3 restores it)")
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ import errno
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -116,7 +117,18 @@ def write_atomic(path: Path, text: str) -> None:
     """Write beside, then rename: readers see the old file or the new one, never half of one.
     The temp file is new and ours (mkstemp: O_EXCL, a random name), so a symlink planted in a
     shared directory is never followed and concurrent writers never share one; the rename
-    replaces a link at `path` itself, never its target. Raises OSError."""
+    replaces a link at `path` itself, never its target. A device, FIFO or socket at `path`
+    (`-o /dev/null`, `-o /dev/stdout`) is written to, never renamed over: as root the rename
+    would put a plain file where /dev/null was, for every program on the machine. Raises
+    OSError."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
     tmp: str | None = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -11,8 +11,10 @@ import dataclasses
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -366,3 +368,20 @@ def test_write_atomic_keeps_the_umask_mode(tmp_path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_output_to_a_fifo_is_written_into_it_never_renamed_over(tmp_path: Path) -> None:
+    """`-o /dev/null` (or /dev/stdout, a FIFO) is written to, not replaced: as root, a rename
+    over /dev/null leaves a plain file there for every program on the machine. A FIFO stands in
+    for the device here (same rule, nothing of the machine's at stake)."""
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    r = _gpufleet_bytes("report", str(LIVE), "--format", "json", "-o", str(fifo))
+    reader.join(timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode), "the FIFO was replaced by a file"
+    assert got and json.loads(got[0])["schema"] == "gpufleet.report/v1"
+    assert list(tmp_path.iterdir()) == [fifo]  # no temp file left beside it
