@@ -99,10 +99,26 @@ def _runs_after(c: slurmlib.Cluster, node: str, since: float, count: int = 1) ->
     _until(f"{count} health check run(s) of {node}", ok, c, timeout=INTERVAL * (count + 1) + 90)
 
 
+def _latest(c: slurmlib.Cluster, node: str) -> dict[str, Any]:
+    """The node's latest report. The wrapper removes it when a run starts (a report is never a
+    stale one), so while a check runs there is none: wait for that run's."""
+    found: list[dict[str, Any]] = []
+
+    def written() -> bool:
+        r = _report(c, node)
+        found[:] = [r[1]] if r else []
+        return bool(found)
+
+    _until(f"a report of {node}", written, c, timeout=90)
+    return found[0]
+
+
 def _rules(c: slurmlib.Cluster, node: str) -> set[str]:
-    r = _report(c, node)
-    assert r is not None
-    return {f["rule"] for f in r[1]["findings"]}
+    return {f["rule"] for f in _latest(c, node)["findings"]}
+
+
+def _findings(c: slurmlib.Cluster, node: str, rule: str) -> list[dict[str, Any]]:
+    return [f for f in _latest(c, node)["findings"] if f["rule"] == rule]
 
 
 def _ours(c: slurmlib.Cluster) -> list[str]:
@@ -123,14 +139,12 @@ def test_slurmd_runs_the_check_against_its_own_hosts_gpus(cluster: slurmlib.Clus
     t = time.time()
     for node in ("node1", "cpu1"):
         _runs_after(cluster, node, t)
-    gpu = _report(cluster, "node1")
-    cpu = _report(cluster, "cpu1")
-    assert gpu is not None and cpu is not None
+    gpu, cpu = _latest(cluster, "node1"), _latest(cluster, "cpu1")
     # The name came from SLURMD_NODENAME; the GPUs from the profile mounted in that namespace.
-    assert list(gpu[1]["hosts"]) == ["node1"] and list(cpu[1]["hosts"]) == ["cpu1"]
-    assert [g["name"] for g in gpu[1]["hosts"]["node1"]["facts"]["gpus"]] == ["NVIDIA H200"] * 2
-    assert cpu[1]["hosts"]["cpu1"]["facts"]["gpus"] == []
-    assert gpu[1]["summary"]["findings"]["error"] == 0
+    assert list(gpu["hosts"]) == ["node1"] and list(cpu["hosts"]) == ["cpu1"]
+    assert [g["name"] for g in gpu["hosts"]["node1"]["facts"]["gpus"]] == ["NVIDIA H200"] * 2
+    assert cpu["hosts"]["cpu1"]["facts"]["gpus"] == []
+    assert gpu["summary"]["findings"]["error"] == 0
     assert _ours(cluster) == []
 
 
@@ -235,10 +249,8 @@ def test_breaker_drains_at_most_half_of_the_partition(cluster: slurmlib.Cluster)
                 "findings": []}))[1]["findings"] if f["rule"].startswith("GF9")] for n in faulty}
             pytest.fail(f"{most} drained at once: {seen}; last GF9xx: {why}")
         assert _ours(cluster) == drained
-        r = _report(cluster, spared)
-        assert r is not None
-        tripped = [f for f in r[1]["findings"] if f["rule"] == "GF901"]
-        assert tripped, r[1]["findings"]
+        tripped = _findings(cluster, spared, "GF901")
+        assert tripped, _latest(cluster, spared)["findings"]
         assert "circuit breaker tripped" in tripped[0]["message"]
         assert sorted(tripped[0]["evidence"]["budget"]["gpu"]["drained"]) == drained
         assert tripped[0]["evidence"]["budget"]["gpu"]["limit"] == 2
@@ -265,9 +277,7 @@ def test_a_gpu_that_fell_off_the_bus_days_ago_still_drains(cluster: slurmlib.Clu
         assert "drain" in state
         assert reason.startswith("gpufleet: GF405 node3: Xid 79 on 00000000:AB:00.0"), reason
         _runs_after(cluster, "node3", time.time())
-        r = _report(cluster, "node3")
-        assert r is not None
-        by_rule = {f["rule"]: f for f in r[1]["findings"]}
+        by_rule = {f["rule"]: f for f in _latest(cluster, "node3")["findings"]}
         xid = by_rule["GF405"]["evidence"]
         assert xid["lasting"] and not xid["recent"] and xid["this_boot"]
         assert xid["decided_by"] == "NVIDIA Xid catalog" and xid["bucket"] == "RESTART_BM"
@@ -410,8 +420,7 @@ def test_a_gpu_past_the_reboot_limit_is_held_for_rma(cluster: slurmlib.Cluster) 
         _runs_after(cluster, "node4", time.time(), count=2)
         state, reason = cluster.states()["node4"]
         assert "drain" in state and reason.startswith("gpufleet: RMA GF432"), reason
-        (held,) = [f for f in (_report(cluster, "node4") or (0, {"findings": []}))[1]["findings"]
-                   if f["rule"] == "GF906"]
+        (held,) = _findings(cluster, "node4", "GF906")
         assert held["evidence"]["lifecycle"] == {"from": "rma", "to": "rma"}
         play = _remediate(cluster, "node4", "-e", "remediate_gpu=1")
         assert play.returncode != 0 and "RMA hold" in play.stdout
