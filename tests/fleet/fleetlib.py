@@ -18,7 +18,6 @@ import errno
 import fcntl
 import json
 import os
-import pwd
 import shlex
 import socket
 import subprocess
@@ -38,6 +37,18 @@ from harness.processes import (
     die_with_parent,
     owner_alive,
     stop_trees,
+)
+from harness.sshhost import (
+    SSHD,
+    boot_loop,
+    boot_steps,
+    client_argv,
+    connection_vars,
+    controller_env,
+    keygen_all,
+    mask_bashrc,
+    public_key,
+    sshd_config,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +70,6 @@ def built_profiles() -> Path:
 # GPUFLEET_FLEET_PROFILES points the fleet at another profiles tree (e.g. while writing a profile);
 # by default the overlays are built at fleet start (tests/fleet/profiles/README.md).
 PROFILES_DIR = Path(os.environ.get("GPUFLEET_FLEET_PROFILES") or built_profiles())
-SSHD = "/usr/sbin/sshd"
 # First directory on root's PATH in a Debian sshd session (the compiled-in superuser PATH, once
 # root's ~/.bashrc is masked, see _namespace_script); a profile's bin/ is mounted here.
 PROFILE_BIN_TARGET = "/usr/local/sbin"
@@ -174,13 +184,7 @@ class Fleet:
 
     def ssh_argv(self, name: str, *remote: str) -> list[str]:
         """Plain OpenSSH argv for one host, strict host key checking against the fleet's file."""
-        h = self.hosts[name]
-        return [
-            "ssh", "-F", "none", "-i", str(self.client_key), "-o", "BatchMode=yes",
-            "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=yes",
-            "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "ConnectTimeout=5",
-            f"root@{h.address}", *remote,
-        ]  # fmt: skip
+        return client_argv(self.hosts[name].address, self.client_key, self.known_hosts, *remote)
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         try:
@@ -235,26 +239,15 @@ class Fleet:
             self.profiles_dir / h.profile / "bin" / "gpufleet-sim-reboot").is_file()
 
     def _boot_loop(self, h: FleetHost, boot: list[str]) -> str:
-        """A host whose profile can reboot (bin/gpufleet-sim-reboot) is booted by a loop: each boot
-        is a new mount and PID namespace (fresh /proc/driver, so the driver's state starts anew;
-        a new boot id; sshd is its PID 1). The reboot stand-in SIGTERMs PID 1: sshd exits 0, the
-        kernel kills every process of that boot (sessions included), and the loop boots the host
-        again. Any other exit (sshd could not start) ends the loop, which _wait_ready reports.
-        setpriv --pdeathsig and --kill-child take the boot down with the loop when the fleet
-        stops the host (the loop is the tracked PID)."""
-        q = shlex.quote
-        one = ["setpriv", "--pdeathsig", "KILL", *boot, "--pid", "--kill-child",
-               "sh", "-c", self._namespace_script(h)]
-        return f"while {' '.join(q(a) for a in one)}; do :; done; exit 1"
+        """A host whose profile can reboot (bin/gpufleet-sim-reboot) is booted by a loop
+        (harness.sshhost.boot_loop): each boot a new mount and PID namespace with sshd as its
+        PID 1, a fresh /proc/driver (the driver's state starts anew) and a new boot id.
+        _wait_ready reports a loop that ended (sshd could not start)."""
+        return boot_loop(boot, ["sh", "-c", self._namespace_script(h)])
 
     def _namespace_script(self, h: FleetHost) -> str:
         q = shlex.quote
-        steps = ["set -e"]
-        # Root's ~/.bashrc here runs pyenv init on every session: it would put pyenv shims before
-        # the profile's bin on PATH and cost ~150 ms per command. A real GPU server has neither.
-        bashrc = Path(pwd.getpwnam("root").pw_dir) / ".bashrc"
-        if bashrc.exists():
-            steps.append(f"mount --bind {q(str(self.root / 'empty'))} {q(str(bashrc))}")
+        steps = ["set -e", *mask_bashrc(self.root / "empty")]
         if h.profile is not None:
             prof = self.profiles_dir / h.profile
             if (prof / "bin").is_dir():
@@ -290,23 +283,12 @@ class Fleet:
         profile's for the first boot, a new random one for each boot after a simulated reboot,
         counted in the fleet's boots/HOST), and for a boot after a reboot the marker the replayed
         tools read ("ifreboot:" lines, tests/fleet/profiles/build_profiles.py)."""
-        q = shlex.quote
         if not (prof / "boot_id").is_file():
             return []
         if not self._rebootable(h):
+            q = shlex.quote
             return [f"mount --bind {q(str(prof / 'boot_id'))} /proc/sys/kernel/random/boot_id"]
-        boots = self.root / "boots" / h.name
-        state = "/proc/driver/gpufleet-sim"
-        return [
-            f"boots={q(str(boots))}", 'mkdir -p "$boots"',
-            'n=$(( $(cat "$boots/count" 2>/dev/null || echo 0) + 1 )); echo "$n" >"$boots/count"',
-            f'if [ "$n" -eq 1 ]; then cp {q(str(prof / "boot_id"))} "$boots/boot_id.1"; '
-            'else cat /proc/sys/kernel/random/uuid >"$boots/boot_id.$n"; fi',
-            'mount --bind "$boots/boot_id.$n" /proc/sys/kernel/random/boot_id',
-            # PID 1 of this boot (the reboot stand-in checks it runs inside one, see SIM_REBOOT)
-            f"mkdir -p {state}", f"readlink /proc/self/ns/pid >{state}/pidns",
-            f'if [ "$n" -gt 1 ]; then : >{state}/reboot; fi',
-        ]
+        return boot_steps(self.root / "boots" / h.name, prof / "boot_id")
 
     def _wait_ready(self, hosts: Sequence[FleetHost], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -388,38 +370,6 @@ def _release(addresses: Sequence[str]) -> None:
 # ---------------------------------------------------------------------- building a fleet
 
 
-def _keygen(path: Path, comment: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-
-
-def _sshd_config(h: FleetHost, host_key: Path, authorized_keys: Path, extra: str = "") -> str:
-    return f"""\
-ListenAddress {h.address}:22
-HostKey {host_key}
-PidFile none
-AuthorizedKeysFile {authorized_keys}
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-PermitUserRC no
-PrintMotd no
-X11Forwarding no
-AcceptEnv LANG LC_*
-MaxStartups 100:30:200
-Subsystem sftp internal-sftp
-{extra}# The non-root login user of the become test (test_become_fleet.py) brings its own key file:
-# sshd reads authorized keys as the user, who cannot enter the fleet's root-only temp dir.
-Match User gpufleet-become
-    AuthorizedKeysFile .ssh/authorized_keys
-"""
-
-
 def _default_group(profile: str | None) -> str:
     return "cpu" if profile == CPU_PROFILE else "gpu"
 
@@ -497,12 +447,11 @@ def _populate(
         fleet.hosts[h.name] = h
 
     keys = root / "keys"
-    jobs = [_keygen(fleet.client_key, "gpufleet-test-client"), _keygen(keys / "stranger", "other")]
-    jobs += [_keygen(keys / h.name, f"host-{h.name}") for h in specs if h.fault != "noresolve"]
-    for j in jobs:
-        _, err = j.communicate()
-        if j.returncode != 0:
-            raise FleetError(f"ssh-keygen failed: {err.decode(errors='replace')}")
+    try:
+        keygen_all({fleet.client_key: "gpufleet-test-client", keys / "stranger": "other",
+                    **{keys / h.name: f"host-{h.name}" for h in specs if h.fault != "noresolve"}})
+    except RuntimeError as exc:
+        raise FleetError(str(exc)) from exc
 
     client_pub = fleet.client_key.with_suffix(".pub").read_text()
     stranger_pub = (keys / "stranger.pub").read_text()
@@ -510,7 +459,7 @@ def _populate(
     for h in specs:
         if h.fault == "noresolve":
             continue
-        h.host_key_pub = " ".join((keys / f"{h.name}.pub").read_text().split()[:2])
+        h.host_key_pub = public_key(keys / h.name)
         authorized = keys / f"{h.name}.authorized_keys"
         authorized.write_text(stranger_pub if h.fault == "noauth" else client_pub)
         setenv = fleet.profiles_dir / str(h.profile) / "sshd_setenv"
@@ -519,33 +468,18 @@ def _populate(
             # one SetEnv line (sshd keeps the first directive), before any Match block, which
             # would otherwise swallow it
             extra = "SetEnv " + " ".join(setenv.read_text().split()) + "\n"
-        h.config.write_text(_sshd_config(h, keys / h.name, authorized, extra))
+        h.config.write_text(sshd_config(h.address, keys / h.name, authorized, extra))
         served = h.host_key_pub
         if h.fault == "badkey":  # the client expects another key than the one this host serves
             served = " ".join(stranger_pub.split()[:2])
         known.append(f"{h.address} {served}\n")
     fleet.known_hosts.write_text("".join(known))
 
-    fleet.env = _controller_env(fleet.home)
+    fleet.env = controller_env(fleet.home)
     _write_inventory(fleet, group_vars, host_vars)
 
     fleet._spawn(specs)
     fleet._wait_ready([h for h in specs if h.proc is not None], start_timeout)
-
-
-def _controller_env(home: Path) -> dict[str, str]:
-    # Drop the developer's agent and ansible settings: the fleet's key and files are the only ones.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SSH_", "ANSIBLE_", "PYTEST_"))}
-    venv_bin = str(Path(sys.executable).parent)
-    env.update(
-        HOME=str(home),
-        PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        PYTHONPATH=str(REPO / "agent"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_HOST_KEY_CHECKING="True",
-        ANSIBLE_RETRY_FILES_ENABLED="False",
-    )
-    return env
 
 
 def _write_inventory(
@@ -570,10 +504,7 @@ def _write_inventory(
     doc = {
         "all": {
             "vars": {
-                "ansible_user": "root",
-                "ansible_ssh_private_key_file": str(fleet.client_key),
-                "ansible_ssh_common_args": f"-o UserKnownHostsFile={fleet.known_hosts}",
-                "ansible_python_interpreter": "/usr/bin/python3",
+                **connection_vars(fleet.client_key, fleet.known_hosts),
                 "gpufleet_smoke_runtime": "host",
                 "gpufleet_smoke_python": sys.executable,
                 **dict(gvars.get("all", {})),

@@ -40,17 +40,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fleetlib import (
-    Fleet,
-    FleetError,
-    FleetHost,
-    _controller_env,
-    _keygen,
-    _sshd_config,
-    need_root_and_sshd,
-)
+from fleetlib import Fleet, FleetError, FleetHost, need_root_and_sshd
 
 from harness.processes import close_at_exit, die_with_parent
+from harness.sshhost import (
+    connection_vars,
+    controller_env,
+    keygen_all,
+    public_key,
+    sshd_config,
+)
 
 SUBNET = "10.231.0"
 RAIL_NET = "10.231"  # rail k: 10.231.k.0/24 (k >= 1)
@@ -287,28 +286,24 @@ def _populate(fleet: NetFleet, names: Sequence[str], all_vars: Mapping[str, Any]
         h.config, h.log = root / "sshd" / f"{name}.conf", root / "sshd" / f"{name}.log"
         fleet.hosts[name] = h
         specs.append(h)
-    jobs = [_keygen(fleet.client_key, "gpufleet-test-client")]
-    jobs += [_keygen(keys / h.name, f"host-{h.name}") for h in specs]
-    for j in jobs:
-        _, err = j.communicate()
-        if j.returncode != 0:
-            raise FleetError(f"ssh-keygen failed: {err.decode(errors='replace')}")
+    try:
+        keygen_all({fleet.client_key: "gpufleet-test-client",
+                    **{keys / h.name: f"host-{h.name}" for h in specs}})
+    except RuntimeError as exc:
+        raise FleetError(str(exc)) from exc
     client_pub = fleet.client_key.with_suffix(".pub").read_text()
     known = []
     for h in specs:
-        h.host_key_pub = " ".join((keys / f"{h.name}.pub").read_text().split()[:2])
+        h.host_key_pub = public_key(keys / h.name)
         authorized = keys / f"{h.name}.authorized_keys"
         authorized.write_text(client_pub)
-        h.config.write_text(_sshd_config(h, keys / h.name, authorized))
+        h.config.write_text(sshd_config(h.address, keys / h.name, authorized))
         known.append(f"{h.address} {h.host_key_pub}\n")
     fleet.known_hosts.write_text("".join(known))
-    fleet.env = _controller_env(fleet.home)
+    fleet.env = controller_env(fleet.home)
     hosts = {h.name: {"ansible_host": h.address, **host_vars.get(h.name, {})} for h in specs}
     doc = {"all": {"vars": {
-        "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(fleet.client_key),
-        "ansible_ssh_common_args": f"-o UserKnownHostsFile={fleet.known_hosts}",
-        "ansible_python_interpreter": "/usr/bin/python3",
+        **connection_vars(fleet.client_key, fleet.known_hosts),
         "gpufleet_smoke_runtime": "host",
         "gpufleet_smoke_python": sys.executable,
         # gloo picks its interface from the hostname otherwise: the machine's, not this one

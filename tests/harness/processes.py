@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 _PR_SET_PDEATHSIG = 1
 
@@ -62,7 +62,7 @@ def stop_pid(proc: subprocess.Popen[bytes] | None, grace: float = 10.0) -> None:
         proc.wait(timeout=10)
 
 
-def stop_trees(procs: Sequence[subprocess.Popen[bytes]], grace: float) -> None:
+def stop_trees(procs: Sequence[subprocess.Popen[Any]], grace: float) -> None:
     """Stop each daemon and everything below it, all at once: SIGTERM to every PID, up to `grace`
     seconds for the daemons to exit, then SIGKILL to whatever is left. Sessions (a hung tool, a
     job step) are not our children and outlive the daemon unless killed by PID too."""
