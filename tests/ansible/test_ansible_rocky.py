@@ -3,6 +3,7 @@ M19, M20): a target whose facts say os_family RedHat / pkg_mgr dnf (tests/ansibl
 rpm repositories shaped like NVIDIA's cuda-rhel9-x86_64 (module streams, driver subpackages at one
 epoch:version, meta-packages requiring the driver with ">="), EPEL 9 and Rocky's repos
 (tests/ansible/graphs/rpm/rocky9.toml, built by rpmgraph.py), reached over SSH by ansible-playbook.
+Issue 26's reinstall rung (playbooks/remediate_reinstall.yml) runs on the converged host too.
 Assertions name only packages whose asserted facts are sourced (rpmgraph.sourced).
 """
 
@@ -29,12 +30,15 @@ pytestmark = [pytest.mark.ansible, pytest.mark.slow]
 
 SITE = "playbooks/site.yml"
 UPGRADE = "playbooks/upgrade_driver.yml"
+REINSTALL = "playbooks/remediate_reinstall.yml"
 TAGS = ("--tags", "nvidia_driver")
 ENGINE_TAGS = ("--tags", "container_runtime,nvidia_container_toolkit")
 GRAPH = rpmgraph.load()
 A, B, C = "580.95.05", "580.105.08", "590.44.01"
 DRIVER = ["nvidia-open", "nvidia-driver", "nvidia-driver-libs", "nvidia-driver-cuda",
           "nvidia-driver-cuda-libs", "nvidia-kmod-common", "kmod-nvidia-open-dkms"]
+# What the role owns and locks at the driver's version: DRIVER's closure adds nvidia-persistenced.
+OWNED = [*DRIVER, "nvidia-persistenced", "nvidia-fabricmanager"]
 
 
 @dataclass
@@ -232,6 +236,91 @@ def test_a_busy_host_is_refused_before_any_package_changes(
     assert f"GPU processes: {gpu.pid} sleep" in res.flat, res.tail()
     have = rocky_lab.rpms()
     assert {n: have.get(n) for n in DRIVER} == _at(A, DRIVER)
+
+
+@dataclass(frozen=True)
+class Damaged:
+    """The converged host with a driver file deleted, and what was there before any reinstall."""
+
+    path: Path
+    installed: dict[str, str]  # NAME-VERSION-RELEASE -> INSTALLTIME
+    locks: list[str]
+
+
+def _installed(rocky_lab: RockyLab) -> dict[str, str]:
+    out = rocky_lab.target.chroot(
+        "rpm", "-qa", "--queryformat", "%{NAME}-%{VERSION}-%{RELEASE} %{INSTALLTIME}\n").stdout
+    return dict(line.split() for line in out.splitlines())
+
+
+@pytest.fixture(scope="module")
+def damaged(converged: PlayResult, rocky_lab: RockyLab) -> Damaged:
+    """nvidia-smi deleted from the converged host (a crash mid-update, a full disk): the file
+    nvidia-driver-cuda ships (driver-spec), which the stand-in ships at the same path."""
+    assert converged.rc == 0, converged.tail()
+    assert rpmgraph.sourced(GRAPH, "nvidia-driver-cuda", "name", "files")
+    smi = rocky_lab.target.root / "usr/bin/nvidia-smi"
+    smi.unlink()
+    return Damaged(smi, _installed(rocky_lab), rt.locks(rocky_lab.target))
+
+
+def _reinstall(rocky_lab: RockyLab, name: str, *args: str) -> PlayResult:
+    return run_playbook(COLLECTION / REINSTALL, rocky_lab.inventory, rocky_lab.logdir, name,
+                        *args, extra_vars=rocky_lab.vars())
+
+
+def test_reinstall_rung_refuses_a_busy_host(damaged: Damaged, rocky_lab: RockyLab) -> None:
+    """Issue 26 on dnf: a process holds /dev/nvidia0, so remediate_reinstall.yml stops before the
+    role runs: no package is reinstalled, the deleted file stays deleted, the locks stay."""
+    gpu = tg.start_gpu_process(rocky_lab.target)
+    try:
+        res = _reinstall(rocky_lab, "reinstall-busy")
+    finally:
+        stop_pid(gpu)
+    assert res.rc != 0 and f"still runs GPU processes ({gpu.pid} sleep)" in res.flat, res.tail()
+    assert "TASK [Reinstall the driver" not in res.output, res.tail()
+    assert _installed(rocky_lab) == damaged.installed
+    assert not damaged.path.exists()
+    assert rt.locks(rocky_lab.target) == damaged.locks
+
+
+def test_reinstall_rung_check_mode_changes_nothing(damaged: Damaged, rocky_lab: RockyLab) -> None:
+    """--check runs the role up to its dnf reinstall, which check mode skips: no package is
+    reinstalled, the deleted file stays deleted, the locks stay."""
+    res = _reinstall(rocky_lab, "reinstall-check", "--check")
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    task = "TASK [gpufleet.gpu.nvidia_driver : Reinstall the driver packages]"
+    assert task in res.output, res.tail()
+    shown = [line for line in res.output.split(task, 1)[1].splitlines()[1:] if line.strip()]
+    assert shown[0].startswith("skipping: "), shown[:3]
+    assert _installed(rocky_lab) == damaged.installed
+    assert not damaged.path.exists()
+    assert rt.locks(rocky_lab.target) == damaged.locks
+
+
+def test_reinstall_rung_restores_the_driver_and_fabric_manager(
+    damaged: Damaged, rocky_lab: RockyLab
+) -> None:
+    """Issue 26 on dnf: remediate_reinstall.yml reinstalls exactly the packages the role owns,
+    the fabric manager among them, at 580.A (each one's INSTALLTIME moves, no other package's);
+    nvidia-smi is back, rpm -V is clean (the play's own check names every one), the versionlock
+    entries are unchanged."""
+    res = _reinstall(rocky_lab, "reinstall")
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert damaged.path.exists(), res.tail()
+    checked = f"rpm -V {' '.join(sorted(OWNED))}: every file matches its package"
+    assert checked in res.flat, res.tail()
+    assert "no NVIDIA GPU on the PCI bus" in res.flat, res.tail()
+    after = _installed(rocky_lab)
+    moved = {p for p in after.keys() | damaged.installed.keys()
+             if after.get(p) != damaged.installed.get(p)}
+    assert rpmgraph.sourced(GRAPH, "nvidia-fabricmanager", "name", "version")
+    assert moved == {f"{n}-{A}-1.el9" for n in OWNED}, moved
+    have = rocky_lab.rpms()
+    assert {n: have.get(n) for n in DRIVER} == _at(A, DRIVER)
+    assert have.get("nvidia-fabricmanager") == f"{A}-1.el9"
+    assert rocky_lab.target.chroot("rpm", "-V", *OWNED).stdout == ""  # raises on a non-zero exit
+    assert rt.locks(rocky_lab.target) == damaged.locks
 
 
 def _upgrade(rocky_lab: RockyLab, name: str, **extra: object) -> PlayResult:
