@@ -119,6 +119,18 @@ def _dev_null_stays_a_device() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _sigint_still_raises() -> Iterator[None]:
+    """A library that takes over SIGINT in this process (ansible_runner.run() does, for good)
+    makes every later Ctrl-C test on the worker fail far from the cause: the test that left the
+    handler changed fails here, and the handler goes back."""
+    yield
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        pytest.fail(f"this test left SIGINT's handler changed ({handler!r}); put it back")
+
+
+@pytest.fixture(autouse=True)
 def _no_interrupt_leaks() -> Iterator[None]:
     """A test ending in the CLI's Ctrl-C path (in-process main()) sets the transports'
     process-wide CANCEL, which a real gpufleet process exits with; here it would fail every later

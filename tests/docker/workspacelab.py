@@ -15,6 +15,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -110,11 +111,20 @@ class WorkspaceWorld:
         self.plays += 1
         pdd = self.workdir / f"runner-{self.plays:02d}-{name}"
         pdd.mkdir()
-        ansible_runner.run(
-            private_data_dir=str(pdd), project_dir=str(REPO), ident=name,
-            playbook=str(COLLECTION / "playbooks/site.yml"), inventory=str(self.inventory),
-            cmdline="--tags pytorch_workspace", verbosity=3, quiet=True,
-            envvars=self.env(), extravars={"pytorch_workspaces": workspaces, **extra})
+        # ansible_runner.run() replaces SIGINT's and SIGTERM's handlers of the whole process with
+        # its own (utils.signal_handler: they only set an event) and never puts them back: every
+        # later Ctrl-C test on this pytest worker then got no KeyboardInterrupt (CI: the run
+        # "ended before the interrupt"). The handlers are this test process's, so they go back.
+        saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            ansible_runner.run(
+                private_data_dir=str(pdd), project_dir=str(REPO), ident=name,
+                playbook=str(COLLECTION / "playbooks/site.yml"), inventory=str(self.inventory),
+                cmdline="--tags pytorch_workspace", verbosity=3, quiet=True,
+                envvars=self.env(), extravars={"pytorch_workspaces": workspaces, **extra})
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
         events = sorted((pdd / "artifacts" / name / "job_events").glob("*.json"))
         assert events, f"ansible-runner wrote no job events under {pdd}"
         return [json.loads(e.read_text()) for e in events]
