@@ -46,6 +46,7 @@ HOSTS = [*((f"node{i}", "h200x2", "gpu") for i in range(1, 5)),
 FAULT = "ecc-remap"  # GF402/GF403/GF404 errors on GPU 1
 GPU_NODES = ("node1", "node2", "node3", "node4")
 REBOOTABLE = "node4"
+REMEDIATED, REMEDIATION_LIMIT = "node3", 2  # GF435's node and its gpufleet_remediation_limit
 # The one point a reboot is replaced (tests/fleet/test_remediate.py says why): shutdown's
 # stand-in takes the node's boot down for real; the rung's timeout is under play()'s 300 s, so
 # Ansible says why it waited.
@@ -81,9 +82,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmlib.Clust
                   "gpufleet_healthcheck_history_dir": str(own / "history"),
                   "gpufleet_healthcheck_slurm_conf_manage": False,
                   "gpufleet_healthcheck_trial_run": False}
+    # REMEDIATED's own too: a node-local store and gpufleet_remediation_limit 2 in its own
+    # expectations file (config dir), for the test of GF435.
+    own = root / "node-local" / REMEDIATED
+    remediated = {"gpufleet_healthcheck_program": str(own / "gpufleet-healthcheck"),
+                  "gpufleet_healthcheck_config_dir": str(own / "etc"),
+                  "gpufleet_healthcheck_history_dir": str(own / "history"),
+                  "gpufleet_healthcheck_slurm_conf_manage": False,
+                  "gpufleet_healthcheck_trial_run": False,
+                  "gpufleet_remediation_limit": REMEDIATION_LIMIT}
     (root / "role-inventory.yml").write_text(yaml.safe_dump({"all": {
         "vars": {"ansible_connection": "local", **extra},
-        "hosts": {"localhost": {}, REBOOTABLE: node_local}}}))
+        "hosts": {"localhost": {}, REBOOTABLE: node_local, REMEDIATED: remediated}}}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
                PATH=f"{VENV_BIN}:{env.get('PATH', '')}")
@@ -583,6 +593,43 @@ def test_a_gpu_that_asks_again_after_two_reboots_ends_held_for_rma(
         assert not {"GF431", "GF432", "GF405"} & _rules(cluster, node), _rules(cluster, node)
         held = _findings(cluster, node, "GF906")
         assert [f["evidence"]["lifecycle"] for f in held] == [{"from": "rma", "to": "rma"}]
+    finally:
+        cluster.set_profile(node, "h200x2")
+        _own_health_check(cluster, node, False)
+        cluster.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    _until(f"{node} idle", lambda: cluster.states()[node] == ("idle", "none"), cluster)
+
+
+def test_a_node_that_keeps_coming_back_from_remediations_ends_held_for_rma(
+        cluster: slurmlib.Cluster) -> None:
+    """GF435 in the lab: the same node needs the reset rung again and again. Each time the
+    driver asks for a reset (profile recovery-reset), the health check drains the node, the
+    reset rung runs over SSH, the re-test resumes it; with gpufleet_remediation_limit 2 in the
+    node's own expectations, the second re-test within 7 days is one too many: the rungs do not
+    hold, and the node is held as `gpufleet: RMA GF435`, counted over its own saved runs."""
+    node = REMEDIATED
+    store = cluster.root / "node-local" / node / "history"
+    _own_health_check(cluster, node, True)
+    try:
+        for n in range(1, REMEDIATION_LIMIT + 1):
+            cluster.set_profile(node, "recovery-reset")  # anew: the fault is back
+            _until(f"{node} drained for reset {n}",
+                   lambda: cluster.states()[node][1].startswith("gpufleet: GF405"), cluster)
+            play = _remediate(cluster, node, "-e", "remediate_gpu=1")
+            assert play.returncode == 0, _why(cluster, node, play)
+            if n < REMEDIATION_LIMIT:
+                seen = _resumed_after_retest(cluster, node)
+                assert "GF903 re-validating->in service" in seen, seen
+                cluster.set_profile(node, "h200x2")
+        _until(f"{node} held for RMA",
+               lambda: cluster.states()[node][1].startswith("gpufleet: RMA GF435"), cluster)
+        (rma,) = _findings(cluster, node, "GF435")
+        ev = rma["evidence"]
+        assert (ev["count"], ev["limit"], ev["window_days"]) == (REMEDIATION_LIMIT,
+                                                                 REMEDIATION_LIMIT, 7), rma
+        assert "MultipleRemediations" in ev["source"], rma
+        assert len(list(store.glob("gpufleet-*.json"))) >= REMEDIATION_LIMIT
+        _refused(cluster, node, "gpufleet: RMA GF435")
     finally:
         cluster.set_profile(node, "h200x2")
         _own_health_check(cluster, node, False)
