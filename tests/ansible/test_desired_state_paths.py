@@ -12,8 +12,7 @@ import pytest
 import yaml
 
 from conftest import VENV_BIN, ansible_env, run_playbook
-from gpufleet import desired
-from gpufleet.inventory import load_expectations, node_spec
+from gpufleet.inventory import desired, load_expectations, node_spec
 
 pytestmark = [pytest.mark.ansible]
 

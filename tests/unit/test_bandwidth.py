@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import bandwidth as expect
-from gpufleet.bandwidth import GIB, MIB, HostLinks
 from gpufleet.model import Facts, GpuNvLinks, IbPort, NvLink
 from gpufleet.probes.topology import parse_nvlink_status, parse_topo_m
+from gpufleet.sku import bandwidth as expect
+from gpufleet.sku.bandwidth import GIB, MIB, HostLinks
 
 NV4 = 26.562
 

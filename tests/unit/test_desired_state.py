@@ -1,4 +1,4 @@
-"""The desired-state variables are declared once (gpufleet.desired): the inventory loader, the
+"""The desired-state variables are declared once (inventory/desired.py): the inventory loader, the
 expectations file, the healthcheck role and the roles' argument_specs all agree with the table,
 and the workspace expectations reach the rules through node-check's file and ansible-report."""
 
@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet import desired
 from gpufleet.cli import main
-from gpufleet.inventory import ExpectError, load_expectations, node_spec
+from gpufleet.inventory import ExpectError, desired, load_expectations, node_spec
 from gpufleet.model import ContainerInfo, Expectations, Facts, HostResult, Report, to_jsonable
 from gpufleet.rules import evaluate
 from paths import COLLECTION

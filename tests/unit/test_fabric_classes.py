@@ -3,7 +3,7 @@
 Hosts are the simulated profiles' facts (tests/fixtures/golden/profiles: h200x8 NVSwitch, h200x2
 NV18, pcie-only-8gpu, a100x8 and b200x8 NVSwitch) with, where no profile has the SKU (8xH100,
 H100 NVL), the GPU names and NVLink speeds of that SKU put in (each SKU's links from skus.json).
-Public figures: ../shared/reviews/anchors-2026-12-01.md 1A and gpufleet.bandwidth.SOURCES.
+Public figures: ../shared/reviews/anchors-2026-12-01.md 1A and gpufleet.sku.bandwidth.SOURCES.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import bandwidth
-from gpufleet.bandwidth import FABRIC_MARGIN, GIB, MIB
 from gpufleet.engines.ansible import from_jsonable
 from gpufleet.model import Facts, GpuNvLinks, NvLink
+from gpufleet.sku import bandwidth
+from gpufleet.sku.bandwidth import FABRIC_MARGIN, GIB, MIB
 
 PROFILES = Path(__file__).resolve().parents[1] / "fixtures/golden/profiles"
 

@@ -30,7 +30,7 @@ from gpufleet.model import (
 )
 from gpufleet.probes import parse_probe_output, probe_script
 from gpufleet.rules import evaluate
-from gpufleet.smoke.transport import parse_nccl_init
+from gpufleet.smoke.nccl_paths import parse_nccl_init
 from harness.sysfs_ib import write_gdr, write_tree
 
 REPO = Path(__file__).resolve().parents[2]

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-from gpufleet import bandwidth
 from gpufleet.model import Facts, KernelsInfo, to_jsonable
 from gpufleet.probes import probe_script
 from gpufleet.probes.families import (
@@ -30,6 +29,7 @@ from gpufleet.probes.families import (
     FAMILIES,
 )
 from gpufleet.probes.sections import ProbeOutput
+from gpufleet.sku import bandwidth
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE_RUNS = REPO / "tests/fixtures/h200x2-probe-2026-11-30"

@@ -76,7 +76,7 @@ def test_page_data_cohort_median_expected_and_families() -> None:
 
 
 def test_page_plots_the_expectation_the_busbw_check_carries() -> None:
-    # As the smoke verdict publishes it (gpufleet.bandwidth through the busbw check's data).
+    # As the smoke verdict publishes it (gpufleet.sku.bandwidth through the busbw check's data).
     doc = _doc()
     doc["hosts"]["gpu01"]["smoke"]["checks"] = [
         {"name": "busbw", "passed": True, "detail": "",

@@ -1,5 +1,5 @@
 """`gpufleet rma-bundle`: one node's evidence from the run store in one archive with a manifest,
-secrets redacted (gpufleet.rma), on facts the real probe script reads from host profiles."""
+secrets redacted (report/rma_bundle.py), on facts the real probe script reads from host profiles."""
 
 from __future__ import annotations
 

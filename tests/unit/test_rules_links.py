@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from test_rules_captures import DESIRED, NOW, _probe
 
-from gpufleet import bandwidth as expect
-from gpufleet.bandwidth import GIB, MIB
 from gpufleet.model import Expectations, Facts, HostResult, HostSpec, Report
 from gpufleet.rules import evaluate
+from gpufleet.sku import bandwidth as expect
+from gpufleet.sku.bandwidth import GIB, MIB
 
 NAMES = ("h200x2", "nvlink-slow", "nvlink-down", "h100-pcie-nv12", "pcie-only-8gpu",
          "nccl-conf", "nccl-env")

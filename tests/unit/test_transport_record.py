@@ -1,4 +1,4 @@
-"""The transport record (smoke/transport.py) and the rules on it (GF620, GF621).
+"""The transport record (smoke/nccl_paths.py) and the rules on it (GF620, GF621).
 
 NCCL lines come from the real 2xH200 capture (tests/fixtures/h200x2-2026-11-30/bench.txt, NCCL
 2.28.9, NCCL_DEBUG=INFO: P2P/CUMEM, no IB device, network Socket) and, for InfiniBand, from
@@ -24,7 +24,7 @@ from gpufleet.model import (
 )
 from gpufleet.rules import evaluate
 from gpufleet.smoke import runner
-from gpufleet.smoke.transport import KEEP, parse_nccl_init
+from gpufleet.smoke.nccl_paths import KEEP, parse_nccl_init
 
 BENCH = Path(__file__).parents[1] / "fixtures" / "h200x2-2026-11-30" / "bench.txt"
 IB_LINES = [  # rank 0/1 on host a, 2/3 on host b (the net.cc format; an inference)

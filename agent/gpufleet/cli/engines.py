@@ -26,7 +26,7 @@ from gpufleet.model import Report
 from gpufleet.redact import text
 from gpufleet.report import document, exit_code
 from gpufleet.report.pipeline import amend, summarized
-from gpufleet.rma import BundleError, write_bundle
+from gpufleet.report.rma_bundle import BundleError, write_bundle
 from gpufleet.rules.escalation import Limits, escalate, limits_for
 from gpufleet.smoke.levels import NO_SMOKE
 

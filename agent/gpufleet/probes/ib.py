@@ -1,5 +1,5 @@
 """RDMA ports (InfiniBand, RoCE) and their link rates, as the kernel's sysfs lists them: the
-network side of the multinode bandwidth expectation (gpufleet.bandwidth).
+network side of the multinode bandwidth expectation (gpufleet.sku.bandwidth).
 
 Source of the format: torvalds/linux drivers/infiniband/core/sysfs.c `rate_show`, which prints
 /sys/class/infiniband/DEVICE/ports/PORT/rate with `"%d%s Gb/sec (%dX%s)\n"` (the `%s` after the

@@ -150,7 +150,7 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
              "`nvidia-smi nvlink -s -i {gpu}` on {host}; reset the GPU "
              "(`nvidia-smi -r -i {gpu}`) and reseat or RMA the baseboard if the speed stays low",
              meaning="An active NVLink runs below the speed its GPU model normally shows in "
-                     "`nvidia-smi nvlink -s` (table `SKUS` in `agent/gpufleet/bandwidth.py`: "
+                     "`nvidia-smi nvlink -s` (table `SKUS` in `agent/gpufleet/sku/bandwidth.py`: "
                      "26.562 GB/s NVLink4 on H100/H200, 53.125 on B200/GB200, 25 on A100, 25.781 "
                      "on V100). The expectation (GF504) is lowered by the slow link, so bandwidth "
                      "is not reported twice. GF408 (inactive links) likewise counts against the "

@@ -4,7 +4,7 @@ GF460: a host with GPUs and an ACTIVE RDMA port has neither path by which an HCA
 memory (probes/gdr.py has both and their sources). GF622/GF624: the full level's per-HCA
 `ib_write_bw --use_cuda` loopback (smoke/remote/gdr.py) below its floor, or not measured.
 GF623: a multinode NCCL world whose NET/IB connections ran without GPUDirect although every host
-has a path (the transport record, smoke/transport.py).
+has a path (the transport record, smoke/nccl_paths.py).
 """
 
 from __future__ import annotations

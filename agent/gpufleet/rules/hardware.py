@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from gpufleet.bandwidth import sku_of
 from gpufleet.model import Facts, Finding, HostResult
 from gpufleet.rules import reference
 from gpufleet.rules.base import Ctx, finding
+from gpufleet.sku.bandwidth import sku_of
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 # Xid events and the driver's recovery action: rules/faults.py.

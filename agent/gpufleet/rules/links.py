@@ -1,6 +1,6 @@
 """GF413 NVLink below its SKU's speed, GF504 busbw below the host's own expectation.
 
-The expectation (gpufleet.bandwidth) is built from the host's links; a link already reported here
+The expectation (sku.bandwidth) is built from the host's links; a link already reported here
 or by GF408 lowers it, so the bandwidth finding is about what the links cannot explain.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from gpufleet import bandwidth
 from gpufleet.model import Finding, fmt_bytes
 from gpufleet.rules.base import Ctx, finding
 from gpufleet.rules.nccl import suspects
+from gpufleet.sku import bandwidth
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF413", "GF504")

@@ -5,7 +5,7 @@ after a smoke run. Pure. docs/expectations.md explains each line:
   efficiency ratio of the GPU's arch (skus.json `efficiency`), floor = expected x floor ratio.
 - h2d_gbps / d2h_gbps (per GPU): the PCIe link at its max (facts, else the catalog) x the pinned
   ratio; the smoke's own hostdev_bw check judges it (GF530), this records it.
-- allreduce_busbw_gbps: the host's own links (gpufleet.bandwidth, fabric class and NVLS stated
+- allreduce_busbw_gbps: the host's own links (gpufleet.sku.bandwidth, fabric class and NVLS stated
   there) at the largest judged size, floor = its fraction_required; GF504 judges it.
 - nvlink_link_gbps (per GPU): the SKU's per-link rate; GF413 judges it.
 - p2p_gbps (per GPU with NVLink, hosts of 2+ GPUs): links x per-link rate x the p2p ratio, per
@@ -24,9 +24,9 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from gpufleet import bandwidth, sku
+from gpufleet import sku
 from gpufleet.model import Expected, Facts, Gpu, SmokeResult
-from gpufleet.sku import p2p
+from gpufleet.sku import bandwidth, p2p
 from gpufleet.sku.floors import override_key
 
 DTYPES = ("bf16", "fp16", "tf32", "fp32", "fp8", "fp64")

@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet import bandwidth
 from gpufleet.model import Facts, SmokeResult
-from gpufleet.sku import causes
+from gpufleet.sku import bandwidth, causes
 
 
 @dataclass(frozen=True)

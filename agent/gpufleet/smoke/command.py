@@ -89,7 +89,7 @@ def build_command(
         ]  # fmt: skip
         if torch_at_least(h.versions.get("torch"), (2, 2)):  # pytorch#88922; surely in 2.2
             trun.append(f"--local_addr={exp.smoke_address or h.spec.address}")
-    # NCCL's init log names the transport of every connection (smoke/transport.py reads it);
+    # NCCL's init log names the transport of every connection (smoke/nccl_paths.py reads it);
     # the inventory's own NCCL_DEBUG wins.
     env = {MARKER: h.run_id, "PYTHONUNBUFFERED": "1", "NCCL_DEBUG": "INFO",
            "NCCL_DEBUG_SUBSYS": "INIT,NET", **opts.env}

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.bandwidth import LinkBound
 from gpufleet.model import CommandResult, Facts, HostSpec, NcclConfig
+from gpufleet.sku.bandwidth import LinkBound
 from gpufleet.transport.base import Transport
 
 MARKER = "GPUFLEET_SMOKE_RUN"

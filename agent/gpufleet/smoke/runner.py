@@ -20,11 +20,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet import bandwidth as expect  # the busbw model (was gpufleet.expect)
 from gpufleet.model import Facts, HostSpec, SmokeResult, Topology, fmt_bytes
 from gpufleet.probes.sections import STDERR_MARK, split_sections
+from gpufleet.sku import bandwidth as expect  # the busbw model (was gpufleet.expect)
 from gpufleet.smoke import bundle
-from gpufleet.smoke import transport as nccl_log
+from gpufleet.smoke import nccl_paths as nccl_log
 from gpufleet.smoke.command import (
     build_command,
     container_name,
@@ -383,7 +383,7 @@ def _nproc(h: HostRun, opts: SmokeOptions) -> int:
 
 
 def _reference(h: HostRun, nproc: int) -> Mapping[int, float] | None:
-    """Expected busbw per size from the host's own links (gpufleet.bandwidth), or None."""
+    """Expected busbw per size from the host's own links (gpufleet.sku.bandwidth), or None."""
     h.expectation = _expectation(h, nproc)
     return dict(h.expectation.busbw_gbps) if h.expectation is not None else None
 

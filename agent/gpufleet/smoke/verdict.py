@@ -19,7 +19,7 @@ from gpufleet.model import RankInfo, SmokeCheck, SmokeResult, SmokeStatus
 from gpufleet.redact import number
 from gpufleet.rules.nccl import suspects
 from gpufleet.smoke.hostrun import LOG_TAIL_BYTES, HostRun
-from gpufleet.smoke.transport import GLOO, parse_nccl_init
+from gpufleet.smoke.nccl_paths import GLOO, parse_nccl_init
 
 _ERROR_LINE = re.compile(r"CUDA error|NCCL WARN|NCCL error|ncclInternalError|ncclSystemError|"
                          r"ncclUnhandledCudaError|ncclRemoteError|CUDA out of memory|"

@@ -1,7 +1,7 @@
 """Node-local mode: this node checks itself (local transport), e.g. as Slurm's HealthCheckProgram.
 
 Expectations come from a file the roles render (`--expect`, the desired-state variables of
-gpufleet.desired, read by inventory.load_expectations/node_spec exactly as hostvars are); without
+gpufleet.inventory.desired, read by load_expectations/node_spec exactly as hostvars are); without
 one only the rules that need neither expectations nor peers can fire. With `--slurm-drain` the
 verdict drains or resumes this node in Slurm (engines/slurm/drain.py decides, with its circuit
 breaker; rules/slurm.py names the outcome, GF901-GF905).

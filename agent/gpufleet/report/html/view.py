@@ -19,7 +19,7 @@ from gpufleet.report.wording import row_message
 from gpufleet.rules import FAMILIES, RULES
 
 # The expected busbw: a curve (message bytes -> GB/s) under "expected_gbps" in the busbw check's
-# data.expectation (gpufleet.bandwidth, via the smoke verdict), or a single number (GF504's
+# data.expectation (gpufleet.sku.bandwidth, via the smoke verdict), or a single number (GF504's
 # evidence: the size that fell short) drawn as a flat line. The report schema is versioned, so
 # no other spelling is accepted.
 EXPECTED_KEY = "expected_gbps"

@@ -17,7 +17,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         try:
-            from gpufleet import desired  # noqa: PLC0415
+            from gpufleet.inventory import desired  # noqa: PLC0415
             from gpufleet.inventory import node_spec  # noqa: PLC0415
             from gpufleet.model import to_jsonable  # noqa: PLC0415
             from gpufleet.probes import collect  # noqa: PLC0415
@@ -33,7 +33,7 @@ class ActionModule(ActionBase):
         # The module's spec: a wrong type or an unknown option fails the task with Ansible's message.
         args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
         timeout = args["timeout"]
-        # The desired-state variables (gpufleet.desired), passed on in the result as
+        # The desired-state variables (gpufleet.inventory.desired), passed on in the result as
         # gpufleet_expect for `gpufleet ansible-report`: workspace items keep only what the
         # agent reads, never their tokens (the result lands in AWX job events).
         expect = {}

@@ -56,7 +56,7 @@ ansible_facts:
   type: dict
 gpufleet_expect:
   description:
-    - The host's desired-state variables the rules compare against (gpufleet.desired).
+    - The host's desired-state variables the rules compare against (gpufleet.inventory.desired).
     - Each C(pytorch_workspaces) item keeps only name, state and image_digest, never a token.
   returned: success
   type: dict

@@ -15,13 +15,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gpufleet.model_fabric import FabricInfo as FabricInfo
-from gpufleet.model_fabric import GdrSupport as GdrSupport
-from gpufleet.model_fabric import GpuNvLinks as GpuNvLinks
-from gpufleet.model_fabric import IbLink as IbLink
-from gpufleet.model_fabric import IbPort as IbPort
-from gpufleet.model_fabric import NvLink as NvLink
-from gpufleet.model_fabric import NvLinkErrorCounts as NvLinkErrorCounts
+from gpufleet.model.fabric import FabricInfo as FabricInfo
+from gpufleet.model.fabric import GdrSupport as GdrSupport
+from gpufleet.model.fabric import GpuNvLinks as GpuNvLinks
+from gpufleet.model.fabric import IbLink as IbLink
+from gpufleet.model.fabric import IbPort as IbPort
+from gpufleet.model.fabric import NvLink as NvLink
+from gpufleet.model.fabric import NvLinkErrorCounts as NvLinkErrorCounts
 
 REPORT_SCHEMA = "gpufleet.report/v1"
 FACTS_SCHEMA = "gpufleet.facts/v1"
@@ -419,7 +419,7 @@ class RankInfo:
 
 @dataclass(frozen=True)
 class NcclConnection:
-    """One rank-to-rank connection as NCCL's init log names it (smoke/transport.py)."""
+    """One rank-to-rank connection as NCCL's init log names it (smoke/nccl_paths.py)."""
 
     src: int  # global rank
     dst: int

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpufleet import desired
 from gpufleet.files import FileError, read_parsed
+from gpufleet.inventory import desired
 from gpufleet.model import Expectations, HostSpec
 from gpufleet.sku.floors import perf_floors
 
@@ -395,7 +395,7 @@ def spec_from_vars(name: str, variables: Mapping[str, Any]) -> HostSpec:
 
 def load_expectations(path: Path | None) -> dict[str, Any]:
     """The variables in an expectations file (a YAML or JSON mapping of desired-state variables,
-    gpufleet.desired.NAMES); {} without a file."""
+    gpufleet.inventory.desired.NAMES); {} without a file."""
     if path is None:
         return {}
     import yaml  # type: ignore[import-untyped]  # noqa: PLC0415  # ansible dependency
