@@ -603,7 +603,7 @@ def test_parse_image_env_reads_the_env_line_of_the_image_query() -> None:
 
 
 def test_gpu_link_kinds_is_one_answer_on_the_model_and_on_the_report_json() -> None:
-    """rules/perf.py (Facts), the report page (JSON) and sku/bandwidth.py (first n GPUs) share it."""
+    """rules/perf.py (Facts), the report page (JSON) and sku/bandwidth.py share it."""
     from gpufleet.model import gpu_link_kinds, topology_signature  # noqa: PLC0415
 
     topo = parse_topo_m(read("topo-m.txt"))
