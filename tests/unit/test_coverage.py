@@ -17,8 +17,6 @@ from gpufleet.history import RunStore
 from gpufleet.history.coverage import GoalError, coverage, parse_goal
 
 REPORT = Path(__file__).resolve().parents[1] / "fixtures" / "report" / "golden.json"
-# The command judges against the clock, so the store is written relative to it.
-NOW = datetime.now(timezone.utc)
 
 
 def _run(when: datetime, level: str,
@@ -39,24 +37,31 @@ def _run(when: datetime, level: str,
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Path:
+def now() -> datetime:
+    """The command judges against the clock, so the store is written relative to the moment the test
+    starts (never the moment the module was imported: the suite may reach it an hour later)."""
+    return datetime.now(timezone.utc)
+
+
+@pytest.fixture
+def store(tmp_path: Path, now: datetime) -> Path:
     s = RunStore(tmp_path / "store")
     (tmp_path / "store").mkdir()
-    s.save(_run(NOW - timedelta(days=9), "full", {"node1": ("ok", "pass", 1),
+    s.save(_run(now - timedelta(days=9), "full", {"node1": ("ok", "pass", 1),
                                                    "node2": ("ok", "pass", 2)}))
-    s.save(_run(NOW - timedelta(days=2), "full", {"node2": ("ok", "fail", 1)}))
-    s.save(_run(NOW - timedelta(hours=3), "quick", {"node1": ("ok", "pass", 1),
+    s.save(_run(now - timedelta(days=2), "full", {"node2": ("ok", "fail", 1)}))
+    s.save(_run(now - timedelta(hours=3), "quick", {"node1": ("ok", "pass", 1),
                                                      "node2": ("ok", "pass", 1)}))
-    s.save(_run(NOW - timedelta(minutes=10), "facts", {"node1": ("ok", None, 1),
+    s.save(_run(now - timedelta(minutes=10), "facts", {"node1": ("ok", None, 1),
                                                         "node3": ("unreachable", None, 1)}))
     return tmp_path / "store"
 
 
 def test_each_depth_is_covered_by_the_newest_passing_run_at_that_depth_or_deeper(
-        store: Path) -> None:
+        store: Path, now: datetime) -> None:
     goals = dict(map(parse_goal, ["full=7d", "quick=1d", "multinode=14d"]))
     rows = {r.host: r for r in coverage(RunStore(store).entries(), ["node1", "node2", "node3",
-                                                                    "node4"], goals, NOW)}
+                                                                    "node4"], goals, now)}
     days = {h: {d: (None if a is None else round(a / 86400, 2)) for d, a in r.age_s.items()}
             for h, r in rows.items()}
     # node1: full 9 days ago (out of a weekly goal), quick 3 h, facts 10 min; never multinode.

@@ -28,6 +28,8 @@ from gpufleet.model import Finding
 from gpufleet.rules import slurm as slurm_rules
 
 NOW = dt.datetime(2026, 11, 30, 10, 0, 0)
+# A drain time the test fills in with the clock when it runs (never when the module is collected).
+JUST_NOW = dt.datetime(1, 1, 1)
 SINFO = """\
 node1|gpu*|idle|Unknown|none
 node2|gpu*|drained|2026-11-30T09:59:00|gpufleet: GF402 node2 GPU 1: 2 uncorrected ECC errors
@@ -271,7 +273,7 @@ def test_apply_failure_is_a_plan_not_an_exception() -> None:
 
 
 @pytest.mark.parametrize(("nodes", "reason", "rule"), [
-    (_cluster(drained=["node2", "node3"], t=dt.datetime.now().replace(microsecond=0)),
+    (_cluster(drained=["node2", "node3"], t=JUST_NOW),
      "gpufleet: GF402 x", "GF901"),  # drained just now: inside the window
     (_cluster(), "gpufleet: GF402 x", "GF902"),
     (_cluster(drained=["node1"]), None, "GF903"),
@@ -287,6 +289,9 @@ def test_apply_failure_is_a_plan_not_an_exception() -> None:
 def test_every_slurm_outcome_is_a_finding_with_a_filled_remediation(
         monkeypatch: pytest.MonkeyPatch, nodes: dict[str, NodeState], reason: str | None,
         rule: str) -> None:
+    now = dt.datetime.now().replace(microsecond=0)
+    nodes = {k: dataclasses.replace(v, reason_time=now) if v.reason_time == JUST_NOW else v
+             for k, v in nodes.items()}
     fake = Recorder(dict(nodes))
     real = slurm.SlurmNode
 
