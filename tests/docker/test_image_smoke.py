@@ -85,13 +85,13 @@ def test_hung_rank_in_the_container_is_named_and_its_container_removed(
     image_target: ImageTarget, engine: DockerLab
 ) -> None:
     t = time.monotonic()
-    proc = image_target.cli("smoke", "-l", HOSTS[0], "--format", "json", "--smoke-timeout", "120",
+    proc = image_target.cli("smoke", "-l", HOSTS[0], "--format", "json", "--smoke-timeout", "300",
                             env={"GPUFLEET_SMOKE_TEST_HANG": "1", "GPUFLEET_SMOKE_PG_TIMEOUT": "5"})
     smoke = report_json(proc)["hosts"][HOSTS[0]]["smoke"]  # type: ignore[index]
     assert smoke["status"] == "timeout", smoke
     assert smoke["hung_ranks"] == [1]
     assert "rank(s) 1 hung (before collective" in smoke["error"]
-    assert time.monotonic() - t < 120
+    assert time.monotonic() - t < 300  # the process-group timeout, not the run's
     assert engine.containers(SMOKE_LABEL) == []  # `docker ps -a` empty of our label
     assert proc.returncode == 1
 

@@ -135,7 +135,7 @@ def test_multinode_two_hosts_two_ranks_each(fleet: Fleet) -> None:
 def test_hung_rank_is_killed_named_and_cleaned_up(fleet: Fleet) -> None:
     before = _dirs(fleet, "cpu-2")
     t = time.monotonic()
-    proc, report = _smoke(fleet, "-l", "cpu-2", "--smoke-timeout", "90",
+    proc, report = _smoke(fleet, "-l", "cpu-2", "--smoke-timeout", "300",
                           env={"GPUFLEET_SMOKE_TEST_HANG": "1", "GPUFLEET_SMOKE_PG_TIMEOUT": "5"})
     took = time.monotonic() - t
     smoke = report["hosts"]["cpu-2"]["smoke"]
@@ -143,6 +143,6 @@ def test_hung_rank_is_killed_named_and_cleaned_up(fleet: Fleet) -> None:
     assert smoke["hung_ranks"] == [1]
     assert "rank(s) 1 hung (before collective" in smoke["error"]
     assert "rank(s) 0 waited for them" in smoke["error"]
-    assert took < 90, took  # the process-group timeout ended it, well inside the run's timeout
+    assert took < 300, took  # the process-group timeout ended it, well inside the run's timeout
     assert proc.returncode == 1  # a finding at error severity
     assert _left_behind(fleet, "cpu-2", before) == set()

@@ -84,8 +84,8 @@ def stop_trees(procs: Sequence[subprocess.Popen[Any]], grace: float) -> None:
             os.kill(pid, signal.SIGKILL)
     # SIGKILL is delivered when the process is next scheduled: on a loaded machine it can still
     # run (and hold its port) for a while. Return only once every victim has exited (a zombie
-    # waiting for its reaper counts as gone), or after 5 s.
-    deadline = time.monotonic() + 5.0
+    # waiting for its reaper counts as gone), or after 30 s.
+    deadline = time.monotonic() + 30.0
     while any(_alive(p) for p in victims) and time.monotonic() < deadline:
         time.sleep(0.01)
 

@@ -121,15 +121,15 @@ def test_timeout_kills_the_whole_process_group_on_the_host(lab: Lab) -> None:
         r = t.run(["sh", "-c", "sleep 321.5 & sleep 321.6; echo never"], timeout=1.5)
         elapsed = time.monotonic() - started
         assert r.timed_out and r.rc is None
-        assert elapsed < 6
-        deadline = time.monotonic() + 5
+        assert elapsed < 60  # the sleeps last 321 s
+        deadline = time.monotonic() + 30  # polled: generous for a loaded machine
         while _pgrep("sleep 321.[56]") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _pgrep("sleep 321.[56]") == []
         # A tool under timeout(1) has a process group of its own; it dies with the session.
         r = t.run(["sh", "-c", "timeout 300 sleep 321.7; echo never"], timeout=1.5)
         assert r.timed_out
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # polled: generous for a loaded machine
         while _pgrep("sleep 321.7") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _pgrep("sleep 321.7") == []
@@ -145,14 +145,22 @@ def test_dropped_connection_still_ends_the_command_on_the_host(lab: Lab) -> None
     worker = threading.Thread(
         target=lambda: result.append(_safe_run(t, ["sleep", "322.5"], 1.0)), daemon=True)
     worker.start()
-    time.sleep(0.5)
+    _until_running("sleep 322.5")
     t._client.close()  # type: ignore[attr-defined]  # the controller vanishes mid-command
-    worker.join(10)
+    worker.join(30)
     # No kill could be sent; the host-side deadline (timeout + 5 s) ends it.
-    deadline = time.monotonic() + 12
+    deadline = time.monotonic() + 60  # polled
     while _pgrep("sleep 322.5") and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _pgrep("sleep 322.5") == []
+
+
+def _until_running(pattern: str) -> None:
+    """Waits (polled, generous for a loaded machine) until the command runs on the host."""
+    deadline = time.monotonic() + 60
+    while not _pgrep(pattern):
+        assert time.monotonic() < deadline, f"{pattern!r} never started on the host"
+        time.sleep(0.1)
 
 
 def _safe_run(t: object, argv: list[str], timeout: float) -> object:
@@ -178,7 +186,7 @@ def test_become_runs_through_sudo(lab: Lab) -> None:
         timed = t.run(["sleep", "323.5"], timeout=1)
     assert (r.rc, r.stdout.strip()) == (0, "nobody")
     assert timed.timed_out
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # polled: generous for a loaded machine
     while _pgrep("sleep 323.5") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _pgrep("sleep 323.5") == []
@@ -228,12 +236,12 @@ def test_interrupt_kills_the_running_command_and_returns_at_once(lab: Lab) -> No
         target=lambda: outcome.append(_safe_run(t, ["sleep", "324.5"], 60.0)), daemon=True)
     try:
         worker.start()
-        time.sleep(0.7)
+        _until_running("sleep 324.5")
         interrupt_all()
-        worker.join(5)
+        worker.join(30)
         assert not worker.is_alive()
         assert isinstance(outcome[0], TransportError) and "interrupted" in outcome[0].message
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # polled: generous for a loaded machine
         while _pgrep("sleep 324.5") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert _pgrep("sleep 324.5") == []
@@ -250,7 +258,7 @@ def agent_with_client_key(lab: Lab, tmp_path: Path,
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # polled: generous for a loaded machine
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
@@ -349,7 +357,7 @@ def test_silent_server_times_out_at_the_connect_timeout(lab: Lab) -> None:
         started = time.monotonic()
         with pytest.raises(TransportError) as info:
             connect(spec(lab, address="127.0.0.203"), connect_timeout=1.5)
-        assert 1.0 < time.monotonic() - started < 5
+        assert 1.0 < time.monotonic() - started < 60  # the silent server never answers
         assert info.value.status == "unreachable"
         assert "SSH handshake failed" in info.value.message
     finally:
@@ -420,7 +428,7 @@ def test_a_host_that_stops_answering_times_out_instead_of_hanging(lab: Lab) -> N
         started = time.monotonic()
         r = t.run(["true"], timeout=1.5)
         assert r.timed_out and r.rc is None
-        assert time.monotonic() - started < 4
+        assert time.monotonic() - started < 60  # the stopped sshd never answers
     finally:
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)

