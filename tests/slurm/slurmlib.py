@@ -107,12 +107,12 @@ class Cluster:
 
     # ------------------------------------------------------------------ commands
 
-    def run(self, argv: Sequence[str], *, timeout: float = 60.0,
+    def run(self, argv: Sequence[str], *, timeout: float = 300.0,
             env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), env={**self.env, **(env or {})}, cwd=self.root,
                               capture_output=True, text=True, timeout=timeout, check=False)
 
-    def in_node(self, name: str, argv: Sequence[str], *, timeout: float = 60.0,
+    def in_node(self, name: str, argv: Sequence[str], *, timeout: float = 300.0,
                 env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """argv inside the node's namespaces (a rebootable node's current boot, its PID
         namespace too), with only `env` (as slurmd gives its programs)."""
@@ -183,7 +183,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ over SSH, rebooting
 
-    def ssh(self, name: str, command: str, *, timeout: float = 60.0
+    def ssh(self, name: str, command: str, *, timeout: float = 300.0
             ) -> subprocess.CompletedProcess[str]:
         """`command` on the node through its sshd (strict known_hosts, the lab's key)."""
         argv = client_argv(self.nodes[name].address, self.root / "ssh" / "client",
@@ -240,7 +240,7 @@ class Cluster:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 120.0) -> None:
         logs = self.root / "log"
         munge = self.root / "munge"
         self._spawn(["munged", "-F", "-f", f"--socket={munge}/munge.socket.2",
@@ -293,7 +293,7 @@ class Cluster:
         _wait(up, timeout, "slurmd nodes idle",
               lambda: f"{self.states()}\n" + "\n".join(self.log(n, 8) for n in self.nodes))
 
-    def wait_sshd(self, name: str, timeout: float = 60.0) -> None:
+    def wait_sshd(self, name: str, timeout: float = 120.0) -> None:
         """Until the node's sshd accepts TCP (for a rebootable node: in a complete boot)."""
         node = self.nodes[name]
         if node.rebootable:

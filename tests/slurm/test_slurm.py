@@ -194,7 +194,7 @@ def test_nodes_answer_over_ssh_with_their_own_host_keys(cluster: slurmlib.Cluste
     wrong = ssh / "known_hosts.wrong"
     wrong.write_text(f"{cluster.nodes['node1'].address} {public_key(ssh / 'host-node2')}\n")
     res = subprocess.run(client_argv(cluster.nodes["node1"].address, ssh / "client", wrong, "true"),
-                         capture_output=True, text=True, timeout=60, check=False)
+                         capture_output=True, text=True, timeout=300, check=False)
     assert res.returncode == 255 and "Host key verification failed" in res.stderr, res.stderr
 
 
