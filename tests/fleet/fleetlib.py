@@ -495,7 +495,7 @@ def _write_inventory(
         group = children.setdefault(h.group, {"hosts": {}})
         hv: dict[str, Any] = {"ansible_host": h.address}
         if h.profile is not None:
-            hv["gpufleet_test_profile"] = h.profile  # for humans reading a report; unused by tools
+            hv["fleet_test_profile"] = h.profile  # for humans; outside gpufleet's prefixes
         hv.update(host_vars.get(h.name, {}))
         group["hosts"][h.name] = hv
     for g, v in gvars.items():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,11 @@ def test_docs_table_is_the_table() -> None:
     for v in desired.VARS:
         row = f"| `{v.name}` | `{v.field}` | {v.kind} | {', '.join(v.scope)} | {v.doc} |"
         assert row in text, v.name
+
+
+def test_known_vars_json_is_what_the_roles_and_playbooks_declare() -> None:
+    """The agent ships without the collection: its copy of the names and choices must be current
+    (python scripts/known_vars.py rewrites it)."""
+    r = subprocess.run([sys.executable, str(COLLECTION.parents[2] / "scripts/known_vars.py"),
+                        "--check"], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr

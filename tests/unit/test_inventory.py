@@ -127,11 +127,11 @@ def test_limit_patterns_read_as_ansible_reads_them(
     assert [s.name for s in load_inventory([inv], limit)] == expected
 
 
-def test_limit_that_matches_nothing_gives_ansibles_message(tmp_path: Path) -> None:
+def test_limit_that_matches_nothing_is_named_with_the_nearest_host(tmp_path: Path) -> None:
     with pytest.raises(InventoryError) as info:
-        load_inventory([str(write(tmp_path / "hosts.ini", INI))], "nosuchhost")
-    assert "Could not match supplied host pattern, ignoring: nosuchhost" in str(info.value)
-    assert "leaves us with no hosts to target" in str(info.value)
+        load_inventory([str(write(tmp_path / "hosts.ini", INI))], "gpu04")
+    assert str(info.value) == ("-l 'gpu04' matches no host or group of the inventory "
+                               "(did you mean gpu01?)")
 
 
 def test_unparsable_inventory_gives_ansibles_message(tmp_path: Path) -> None:
@@ -202,12 +202,40 @@ def test_ansible_advice_is_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "Found both group and host with same name: gpu" in capsys.readouterr().err
 
 
-def test_one_misspelt_name_in_the_limit_warns_as_ansible_does(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_one_misspelt_name_in_the_limit_is_an_error_not_a_smaller_fleet(tmp_path: Path) -> None:
+    # issue 37.1: ansible-playbook warns and carries on; a verifier must not report one host of two
     inv = write(tmp_path / "hosts.ini", INI)
-    assert [s.name for s in load_inventory([str(inv)], "gpu01,gpu0l")] == ["gpu01"]
-    assert "Could not match supplied host pattern, ignoring: gpu0l" in capsys.readouterr().err
+    with pytest.raises(InventoryError) as info:
+        load_inventory([str(inv)], "gpu01,gpu0l,othr")
+    assert str(info.value).splitlines() == [
+        "-l 'gpu0l' matches no host or group of the inventory (did you mean gpu01?)",
+        "-l 'othr' matches no host or group of the inventory (did you mean other?)"]
+
+
+def test_unknown_names_and_values_outside_choices_are_named_together(tmp_path: Path) -> None:
+    inv = write(tmp_path / "hosts.yml", """
+gpu:
+  hosts:
+    n1: {gpufleet_expected_gpus: 8, nvidia_driver_verison: "999.1", fleet_note: free}
+    n2: {gpufleet_expected_gpu_count: eight}
+  vars:
+    gpufleet_smoke_runtime: hots
+    container_runtime_engine: dokcer
+    nvidia_driver_kernel_modules: "{{ 'open' }}"
+    gpufleet_check_args: ["--level", "full"]
+""")
+    with pytest.raises(InventoryError) as info:
+        load_inventory([str(inv)], "n1,n2")
+    assert str(info.value).splitlines() == [
+        "n1: container_runtime_engine='dokcer' is not one of docker, containerd "
+        "(did you mean docker?)",
+        "n1: unknown variable gpufleet_expected_gpus (did you mean gpufleet_expected_gpu_count?)",
+        "n1: gpufleet_smoke_runtime='hots' is not one of docker, host (did you mean host?)",
+        "n1: unknown variable nvidia_driver_verison (did you mean nvidia_driver_version?)",
+        "n2: container_runtime_engine='dokcer' is not one of docker, containerd "
+        "(did you mean docker?)",
+        "n2: gpufleet_smoke_runtime='hots' is not one of docker, host (did you mean host?)",
+        "n2: gpufleet_expected_gpu_count='eight' is not an integer"]
 
 
 def test_empty_inventory(tmp_path: Path) -> None:

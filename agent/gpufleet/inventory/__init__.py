@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from gpufleet.files import FileError, read_parsed
-from gpufleet.inventory import desired
+from gpufleet.inventory import checks, desired
 from gpufleet.model import Expectations, HostSpec
 from gpufleet.sku.floors import perf_floors
 
@@ -62,6 +62,10 @@ def load_inventory(sources: Sequence[str] | None, limit: str | None = None) -> l
         if warnings:
             raise InventoryError(_join(None, warnings))
     had_hosts = bool(inventory.list_hosts("all"))
+    problems: list[str] = []
+    if limit and had_hosts:
+        with _capture_warnings(inventory_manager):  # the pattern is named in our own words
+            problems += checks.limit_problems(inventory, limit)
     with _capture_warnings(inventory_manager) as warnings:
         try:
             if limit:
@@ -71,7 +75,7 @@ def load_inventory(sources: Sequence[str] | None, limit: str | None = None) -> l
             raise InventoryError(_join(str(exc), warnings)) from exc
     if not had_hosts:
         raise InventoryError(f"inventory {', '.join(sources)} has no hosts")
-    if not hosts:
+    if not hosts and not problems:
         # Ansible's own wording (ansible/cli/__init__.py get_host_list).
         raise InventoryError(_join(
             "Specified inventory, host pattern and/or --limit leaves us with no hosts to target.",
@@ -81,12 +85,19 @@ def load_inventory(sources: Sequence[str] | None, limit: str | None = None) -> l
 
     variables = VariableManager(loader=loader, inventory=inventory)
     specs = []
-    for host in hosts:
+    for host in hosts:  # every host's problems, not the first one's
         try:
             hostvars = variables.get_vars(host=host, include_hostvars=False)
         except AnsibleError as exc:
-            raise InventoryError(f"{host.name}: {exc}") from exc
-        specs.append(_spec(host.name, hostvars, _templater(loader, hostvars)))
+            problems.append(f"{host.name}: {exc}")
+            continue
+        problems += checks.variable_problems(host.name, hostvars)
+        try:
+            specs.append(_spec(host.name, hostvars, _templater(loader, hostvars)))
+        except InventoryError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise InventoryError(checks.join(problems))
     return specs
 
 
