@@ -79,7 +79,8 @@ def test_limit_without_match_exits_2(tmp_path: Path) -> None:
     inv.write_text("[gpu]\nn1\n")
     r = cli("check", "-i", str(inv), "-l", "gpu9*")
     assert r.returncode == 2
-    assert "leaves us with no hosts to target" in r.stderr
+    assert "-l 'gpu9*' matches no host or group" in r.stderr, r.stderr
+    assert "did you mean gpu?" in r.stderr, r.stderr
 
 
 def test_unreachable_host_is_reported_and_exits_1(tmp_path: Path) -> None:
