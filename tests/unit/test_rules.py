@@ -40,6 +40,7 @@ from gpufleet.rules.escalation import RULES as ESCALATION_RULES
 from gpufleet.rules.fabric_delta import RULES as DELTA_RULES
 from gpufleet.rules.history import RULES as DRIFT_RULES
 from gpufleet.rules.lkg import RULES as LKG_RULES
+from gpufleet.rules.one_cause import RULES as FOLD_RULES
 from gpufleet.rules.slurm import RULES as SLURM_RULES
 
 HISTORY_RULES = DRIFT_RULES + LKG_RULES  # judged against the run store (--save DIR)
@@ -335,13 +336,15 @@ def test_every_rule_has_a_firing_case() -> None:
     # History rules fire against saved runs: tests/unit/test_history.py, tests/unit/test_lkg.py.
     # GF9xx record what node-check did in Slurm (tests/unit/test_slurm_plan.py fires them).
     # GF43x escalate over the run store (tests/unit/test_escalation.py fires them); GF455-GF459
-    # compare counters with the store's last run (tests/unit/test_fabric_rules.py).
+    # compare counters with the store's last run (tests/unit/test_fabric_rules.py). GF549 folds
+    # findings in the judge's last step (tests/unit/test_one_cause.py).
     assert set(CASES) == (set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
-                          - set(ESCALATION_RULES) - set(DELTA_RULES))
+                          - set(ESCALATION_RULES) - set(DELTA_RULES) - set(FOLD_RULES))
 
 
 @pytest.mark.parametrize("rule", sorted(set(RULES) - set(HISTORY_RULES) - set(SLURM_RULES)
-                                         - set(ESCALATION_RULES) - set(DELTA_RULES)))
+                                         - set(ESCALATION_RULES) - set(DELTA_RULES)
+                                         - set(FOLD_RULES)))
 def test_rule_fires(rule: str) -> None:
     build, host = CASES[rule]
     found = [f for f in evaluate(build(), now=NOW) if f.rule == rule]

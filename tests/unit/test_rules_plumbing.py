@@ -19,7 +19,7 @@ from test_rules import CASES, _deep
 from test_rules_builders import NOW
 
 import gpufleet.rules
-from gpufleet.rules import MODULES, RULES, fabric_delta
+from gpufleet.rules import MODULES, RULES, fabric_delta, one_cause
 from gpufleet.rules import escalation as escalation_rules
 from gpufleet.rules import history as history_rules
 from gpufleet.rules import lkg as lkg_rules
@@ -65,9 +65,10 @@ def test_each_rule_module_is_run() -> None:
     # rules.history needs the run store, so the commands with one call it (not rules.evaluate);
     # rules.slurm judges what node-check --slurm-drain did in Slurm, so node-check calls it;
     # rules.escalation counts Xids over the run store too (cli/saved.py with_history), and
-    # rules.fabric_delta compares counters with the store's last run, like rules.history.
+    # rules.fabric_delta compares counters with the store's last run, like rules.history;
+    # rules.one_cause folds the findings of all of them (report/pipeline.py, the last step).
     run = {m.__name__ for m in MODULES} | {history_rules.__name__, lkg_rules.__name__,
-                                           slurm_rules.__name__,
+                                           slurm_rules.__name__, one_cause.__name__,
                                            escalation_rules.__name__, fabric_delta.__name__}
     assert {m.__name__ for m in _rule_modules().values()} == run
 

@@ -255,6 +255,26 @@ def test_device_co_tenant_computing_fails_gemm_and_names_the_process() -> None:
     assert "bf16 GEMM 326.7 TFLOP/s is 45% of the 726.3 expected" in gf540.message
 
 
+def test_device_co_tenant_is_one_finding_naming_the_pid_after_the_judge() -> None:
+    """Issue 36.3: the same capture through the one judge: the five GEMM dtypes, HBM and the
+    co-tenant warning are one GF549 error naming pid 461, each measurement in its evidence."""
+    f, s = _device("matmul")
+    report = judge(Report(hosts={"h200": HostResult("h200", "ok", facts=f, smoke=s)},
+                          level="full"))
+    perf = [x for x in report.findings if x.rule.startswith("GF54")]
+    assert [(x.rule, x.severity) for x in perf] == [("GF549", "error")], perf
+    [one] = perf
+    assert "pid 461" in one.message and "6 slow measurement(s)" in one.message, one.message
+    ms = one.evidence["measurements"]
+    assert sorted((m["rule"], m.get("dtype")) for m in ms) == sorted(
+        [("GF540", d) for d in ("bf16", "fp16", "tf32", "fp32", "fp8")]
+        + [("GF541", None), ("GF543", None)])
+    assert all({"measured", "expected", "floor"} <= set(m) for m in ms if m["rule"] != "GF543")
+    assert "pid 461" in one.remediation and "gpufleet check --level full -l h200" in \
+        one.remediation, one.remediation
+    assert report.summary["findings"]["error"] == 1, report.summary
+
+
 def test_device_memory_hog_is_named_with_the_memory_it_holds() -> None:
     f, s = _device("mem")
     found = _rules(f, s)

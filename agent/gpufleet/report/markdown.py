@@ -9,6 +9,7 @@ from gpufleet.model import SEVERITIES, fmt_bytes
 from gpufleet.redact import markdown
 from gpufleet.report import expected
 from gpufleet.report.common import busbw_largest, host_worst, summary_line, versions
+from gpufleet.report.grouped import group as grouped
 from gpufleet.report.wording import row_message
 
 
@@ -50,8 +51,9 @@ def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> 
         if not group:
             continue
         lines += ["", f"## {sev} ({len(group)})", ""]
-        for f in group:
-            lines.append(f"- **{_cell(f['rule'])}** {_cell(', '.join(f['hosts']))}: "
+        for f in grouped(group):
+            many = f"x{f['count']} " if f["count"] > 1 else ""
+            lines.append(f"- **{_cell(f['rule'])}** {many}{_cell(f['host_list'])}: "
                          f"{_cell(row_message(f))}")
             lines.append(f"  - fix: {_code(f['remediation'])}")
     return "\n".join(lines) + "\n"

@@ -2,7 +2,8 @@
 
 Every command and engine (the CLI, node-check, the Ansible/AWX report) judges a report through
 `judge` (and `amend` for findings from outside the rules' inputs: Slurm drains, run-store drift),
-so findings are always sorted, deduplicated and counted the same way. Writing the rendered text
+so findings are always sorted, deduplicated, folded by cause (rules/one_cause.py: one
+root cause, one finding) and counted the same way. Writing the rendered text
 is the caller's: only the CLI prints or exits.
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from gpufleet.model import Finding, Report
 from gpufleet.report.common import summarize
 from gpufleet.rules import evaluate, sort_findings
+from gpufleet.rules.one_cause import fold
 from gpufleet.sku.expect import host_expectations
 
 
@@ -29,10 +31,11 @@ def judge(report: Report) -> Report:
         h.facts, h.smoke, specs[name].expect.perf_floors if name in specs else None))
         for name, h in report.hosts.items()}
     report = dataclasses.replace(report, hosts=hosts)
-    return summarized(dataclasses.replace(report, findings=evaluate(report)))
+    findings = sort_findings(fold(evaluate(report)))
+    return summarized(dataclasses.replace(report, findings=findings))
 
 
 def amend(report: Report, extra: Iterable[Finding]) -> Report:
     """`report` with `extra` findings sorted in among its own, summary counted again."""
-    findings = sort_findings([*report.findings, *extra])
+    findings = sort_findings(fold([*report.findings, *extra]))
     return summarized(dataclasses.replace(report, findings=findings))

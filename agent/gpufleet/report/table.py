@@ -14,6 +14,7 @@ from rich.text import Text
 from gpufleet.model import SEVERITIES, fmt_bytes
 from gpufleet.report import expected
 from gpufleet.report.common import busbw_largest, host_worst, summary_line, versions
+from gpufleet.report.grouped import group as grouped
 from gpufleet.report.wording import row_message
 from gpufleet.rules import RULES
 
@@ -66,10 +67,11 @@ def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> 
         if not group:
             continue
         console.print(Text(f"{sev.upper()} ({len(group)})", style=_STYLE[sev]))
-        for f in group:
+        for f in grouped(group):
             title = RULES[f["rule"]].title if f["rule"] in RULES else ""
             line = Text(f"  {f['rule']} ", style=_STYLE[sev])
-            line.append(f"[{', '.join(f['hosts'])}] {row_message(f)}")
+            line.append((f"x{f['count']} {f['host_list']}: " if f["count"] > 1 else
+                         f"[{f['host_list']}] ") + row_message(f))
             # Findings are not wrapped: long commands stay copy-pasteable on one line.
             console.print(line, soft_wrap=True)
             console.print(Text(f"      {title}; fix: {f['remediation']}", style="dim"),

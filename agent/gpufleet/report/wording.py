@@ -12,12 +12,16 @@ from typing import Any
 
 
 def row_message(finding: Mapping[str, Any]) -> str:
-    """The message without a leading "HOST: " or "HOST " when it names its only host."""
+    """The message without a leading "HOST: " or "HOST " when it names its only host (or, for
+    a group of identical findings, the "{host}" that stands for each of them)."""
     message = str(finding.get("message") or "")
     hosts = finding.get("hosts") or []
-    if len(hosts) != 1:
+    if int(finding.get("count") or 1) > 1:  # report/grouped.py: "{host}" stands for each
+        host = "{host}"
+    elif len(hosts) != 1:
         return message
-    host = str(hosts[0])
+    else:
+        host = str(hosts[0])
     for sep in (": ", " "):
         lead = host + sep
         if message.startswith(lead) and len(message) > len(lead):

@@ -111,6 +111,20 @@ RUN_RULES: tuple[RuleInfo, ...] = (
                      "alike, whether or not it is above the SKU floor. Evidence: measured, "
                      "baseline, drop, the SKU floor and expected, the runs.",
              doc_fill={"line": "LINE", "drop": "N %", "since": "DATE", "gpu": "GPU"}),
+    RuleInfo("GF549", "error", "one cause slowed several measurements",
+             "{fix}",
+             meaning="The judge's last step (rules/one_cause.py): two or more performance "
+                     "findings of one host that one named cause explains (GF540, GF541, GF544 "
+                     "and GF543 carrying the same cause: the same other processes by pid, a "
+                     "clock event reason, a lowered power limit, held clocks, a PCIe link below "
+                     "its max, MIG; and GF521/GF546 drops of a GPU that cause covers) are "
+                     "reported as this one finding. Evidence: the cause(s), the GPUs, and each "
+                     "folded measurement (its rule, metric, dtype, GPU, measured, expected, "
+                     "floor or baseline). Its severity is the worst of the folded findings, so "
+                     "drains and exit codes read it as they read them; a cause explaining a "
+                     "single finding leaves that finding as it is.",
+             doc_fill={"fix": "the cause's fix (stop the other process, restore the power limit "
+                              "or clocks); then rerun `gpufleet check --level full -l HOST`"}),
     # GF520-GF529: against the host's own history (rules/history.py), with --save DIR.
     RuleInfo("GF520", "warning", "bus bandwidth drifted below the host's own baseline",
              "{host} lost {drop} of its busbw since its good run of {since}: see what changed with "

@@ -18,6 +18,7 @@ from gpufleet.rules.base import finding
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 RULES: tuple[str, ...] = ("GF520", "GF521")
+MATMUL_DRIFT_RULE = "GF521"  # a GPU's matmul below its own baseline (one_cause folds it)
 
 DRIFT_MARGIN = 0.10  # run-to-run busbw/TFLOP/s noise on one host stays well inside this
 

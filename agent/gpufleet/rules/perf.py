@@ -39,6 +39,8 @@ from gpufleet.sku import expect as sku_expect
 RULES: tuple[str, ...] = ("GF501", "GF502", "GF503", "GF540", "GF541", "GF542", "GF543",
                           "GF544", "GF545")
 SKU_RULES = {"matmul_tflops": "GF540", "hbm_gbps": "GF541"}
+COTENANT_RULE = "GF543"  # another process on the GPU during the run
+P2P_RULE = "GF544"  # GPU<->GPU copies below the NVLink expectation
 
 
 def topology_signature(f: Facts) -> str:
