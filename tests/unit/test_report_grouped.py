@@ -1,5 +1,6 @@
-"""Identical findings across hosts are one row for people (report/grouped.py); machines keep
-one finding per host (JSON, JUnit, Prometheus)."""
+"""Identical findings across hosts are one row for people (report/grouped.py: table, Markdown,
+the static HTML page; the interactive page lists findings per host); machines keep one finding
+per host (JSON, JUnit, Prometheus)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ def test_table_and_markdown_show_the_group_json_keeps_every_host() -> None:
     assert "gpu002" not in table.split("ERROR")[1].split("\n")[1]
     md = render(report, "markdown")
     assert "- **GF101** x200 gpu\\[001-200\\]: driver 580.95.05" in md, md[-800:]
+    page = render(report, "html-static")
+    assert "<b class=\"error\">GF101</b> x200 gpu[001-200]: driver 580.95.05" in page
     doc = json.loads(render(report, "json"))
     assert sum(f["rule"] == "GF101" for f in doc["findings"]) == 201
     junit = render(report, "junit")

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpufleet.model import SEVERITIES, fmt_bytes
 from gpufleet.report.common import busbw_largest, host_worst, summary_line, versions
+from gpufleet.report.grouped import group as grouped
 from gpufleet.report.wording import row_message
 
 _CSS = (
@@ -54,9 +55,10 @@ def render(doc: Mapping[str, Any], *, color: bool = False, width: int = 120) -> 
         if not group:
             continue
         parts.append(f'<h2 class="{sev}">{sev} ({len(group)})</h2><ul>')
-        for f in group:
+        for f in grouped(group):
+            many = f"x{f['count']} " if f["count"] > 1 else ""
             parts.append(
-                f'<li><b class="{sev}">{_e(f["rule"])}</b> {_e(", ".join(f["hosts"]))}: '
+                f'<li><b class="{sev}">{_e(f["rule"])}</b> {many}{_e(f["host_list"])}: '
                 f'{_e(row_message(f))}<br>fix: <code>{_e(f["remediation"])}</code></li>')
         parts.append("</ul>")
     parts.append("</body></html>")
