@@ -1,4 +1,4 @@
-"""The drain policy (engines/slurm/policy.py) on the drain engine with its fake Slurm (the
+"""The drain policy (rules/drain_policy.py) on the drain engine with its fake Slurm (the
 recorded sinfo/scontrol runner of test_slurm_plan.py): only hardware and driver state drains,
 the reason leads with the worst health finding, and the breaker counts one class at a time.
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from test_slurm_plan import NOW, Recorder, _cluster
 
-from gpufleet.engines.slurm import policy
 from gpufleet.engines.slurm.drain import SlurmNode, decide, drain_reason, plan
 from gpufleet.model import Finding
+from gpufleet.rules import drain_policy as policy
 from gpufleet.rules.catalog import RULES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "slurm.md"
@@ -119,4 +119,4 @@ def test_docs_show_the_table_as_the_code_has_it() -> None:
     shown = text.split(start, 1)[1].split(end, 1)[0]
     assert shown == policy.render_markdown(), (
         "docs/slurm.md's drain table is stale: paste policy.render_markdown() between the markers"
-        " (python -c 'from gpufleet.engines.slurm import policy; print(policy.render_markdown())')")
+        " (python -c 'from gpufleet.rules import drain_policy as p; print(p.render_markdown())')")

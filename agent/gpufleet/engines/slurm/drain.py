@@ -16,7 +16,7 @@ visible by then. It drains only if the drains in the window plus the claims orde
 own (stamp, then node name) leave room; then it clears the claim. No node drains past the limit,
 not even for a moment (clocks are assumed NTP-synchronised to well under a second).
 
-Which findings drain at all, and the class each drain counts in, is engines/slurm/policy.py: the
+Which findings drain at all, and the class each drain counts in, is rules/drain_policy.py: the
 breaker counts only the drains (and claims) of the deciding node's class, so security floors or
 other software drains filling a partition's share never keep a hardware fault in service.
 """
@@ -35,8 +35,8 @@ from typing import Literal
 
 from gpufleet import redact
 from gpufleet.engines.slurm import lifecycle
-from gpufleet.engines.slurm.policy import CLASS_RANK, DrainClass, class_of_reason, policy
 from gpufleet.model import SEVERITY_ORDER, Finding
+from gpufleet.rules.drain_policy import CLASS_RANK, DrainClass, class_of_reason, policy
 
 REASON_PREFIX = "gpufleet:"
 REASON_MAX = 200  # Slurm keeps long reasons, but sinfo/squeue columns and humans do not
@@ -84,7 +84,7 @@ class Plan:
     budget: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     # the node's lifecycle step (engines/slurm/lifecycle.py): (from, to)
     lifecycle: tuple[str, str] = ("in service", "in service")
-    # the drain's breaker class (engines/slurm/policy.py) and, per partition, gpufleet's drains
+    # the drain's breaker class (rules/drain_policy.py) and, per partition, gpufleet's drains
     # of other classes within the window: they do not count against this one
     drain_class: DrainClass | None = None
     other_classes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -145,7 +145,7 @@ def _timestamp(text: str) -> dt.datetime | None:
 
 def drain_reason(findings: Sequence[Finding], fail_on: str) -> str | None:
     """`gpufleet: GF402 message (+N more)` for the worst finding at or above fail_on whose
-    policy drains (engines/slurm/policy.py), else None: a security floor alone drains nothing.
+    policy drains (rules/drain_policy.py), else None: a security floor alone drains nothing.
 
     The message came from the host: secrets are redacted first (every cluster user can read a
     Reason with `sinfo -R`; the report redacts the same text), then only printable ASCII
