@@ -192,8 +192,8 @@ def test_apply_claims_waits_and_trips_when_earlier_claims_fill_the_budget() -> N
                      clock=lambda: next(clock))
     p = node.apply("gpufleet: GF402 x", share=0.5, window_s=3600)
     assert p.action == "breaker" and p.budget["gpu"] == (2, ("node1", "node2"))
-    assert ["scontrol", "update", "NodeName=node3", "Comment=rack 7 gpufleet-claim:1000.000"] \
-        in fake.calls
+    claimed = "Comment=rack 7 gpufleet-claim:1000.000:hardware"  # stamp and drain class
+    assert ["scontrol", "update", "NodeName=node3", claimed] in fake.calls
     assert not any("State=DRAIN" in c for c in fake.calls)  # never drained, not even briefly
     assert fake.calls[-1] == ["scontrol", "update", "NodeName=node3", "Comment=rack 7"]
     assert fake.nodes["node3"].state == "idle"

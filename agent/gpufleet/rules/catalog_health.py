@@ -110,14 +110,16 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
                      "kernel ring buffer (fell off the bus two days ago and nobody rebooted). "
                      "Where the driver reports the GPU's recovery action (`nvidia-smi -q`) it "
                      "decides instead, whatever the Xid's age: `gpu_reset`, `node_reboot` make "
-                     "the Xid current, `none` clears it (GF406). Evidence `decided_by` and "
+                     "the Xid current, `none` clears it (GF406) unless the Xid lasts: its "
+                     "bucket or its own line (`RST: Yes`) asks for a reset, and only a boot "
+                     "clears that. Evidence `decided_by` and "
                      "`source` name which one decided."),
     RuleInfo("GF406", "info", "Xid event (the application's, cleared, or outside the window)",
              "look it up in NVIDIA's Xid catalog (evidence `investigatory`); act if it repeats "
              "on {host} (GF430 counts repeats)",
              meaning="Any other Xid: one NVIDIA's catalog leaves to the application (restart "
-                     "it) or ignores, one on a GPU whose driver reports recovery action None "
-                     "now, or one outside the window that does not last."),
+                     "it) or ignores, one that does not last on a GPU whose driver reports "
+                     "recovery action None now, or one outside the window that does not last."),
     RuleInfo("GF407", "warning", "PCIe link below its maximum",
              "reseat GPU {gpu} / its riser on {host} and check the BIOS PCIe settings; "
              "re-read under load with `nvidia-smi -q -d PCIE -i {gpu}`",

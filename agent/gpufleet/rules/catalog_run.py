@@ -342,10 +342,11 @@ RUN_RULES: tuple[RuleInfo, ...] = (
              "too many nodes failed at once ({share} of the partition): look for a common cause "
              "(driver rollout, fabric, power) with `sinfo -R`; drain {host} by hand if it must "
              "go (`scontrol update NodeName={host} State=DRAIN Reason=...`)",
-             meaning="The node has a finding at or above `--fail-on`, but gpufleet already drained"
-                     " its partition's share (`--breaker-share`) within `--breaker-window`; the "
-                     "node stays in service. Evidence lists the drained nodes and the limit per "
-                     "partition."),
+             meaning="The node has a finding at or above `--fail-on` whose drain policy drains, "
+                     "but gpufleet already drained its partition's share (`--breaker-share`) "
+                     "within `--breaker-window` for the same drain class (hardware, driver, "
+                     "software: docs/slurm.md); the node stays in service. Evidence lists the "
+                     "drained nodes, the limit per partition and `drain_class`."),
     RuleInfo("GF902", "info", "node drained by gpufleet",
              "fix the finding named in the reason on {host}; the next health check resumes it",
              meaning="The node was drained (or stays drained) with reason `gpufleet: GFxxx "

@@ -5,8 +5,11 @@ The verdict per Xid comes from rules/xid.py: the driver's recovery action for th
 driver reports one, else NVIDIA's Xid catalog. An Xid is current while it is inside the time
 window, or, whatever its age, when its effect lasts until a reset or reboot (fell off the bus,
 an uncorrectable ECC event, …) and the log it came from is this boot's (the kernel ring buffer):
-nothing has reset the node since. A GPU the driver reports on has the last word: recovery action
-None means whatever happened was cleared.
+nothing has reset the node since. The driver's recovery action raises the need (a GPU that asks
+for a reset now is current whatever the Xid's age); it does not lower it: an Xid whose own line
+(`RST: Yes`, `D-RST: Yes`) or whose catalog bucket asks for a reset or reboot stays current until
+a boot, even when the recovery action reads None or is absent (older drivers print None).
+Other Xids are cleared by the driver's None.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from gpufleet.rules.base import Ctx, finding
 RULES: tuple[str, ...] = ("GF405", "GF406", "GF420", "GF421")
 
 _UPTIME = re.compile(r"^\[\s*\d+(\.\d+)?\]$")
+# The line's reset flag (rules/xid.py LINE_RESET_SOURCE): "RST: Yes" or "D-RST: Yes".
+_LINE_RESET = re.compile(r"\bRST:\s*Yes\b", re.IGNORECASE)
 
 
 def xid_in_window(ev: XidEvent, now: datetime, hours: int = xids.XID_WINDOW_HOURS) -> bool:
@@ -104,6 +109,17 @@ def _lost(name: str, f: Facts) -> Iterator[Finding]:
         bus=",".join(missing))
 
 
+def _lasting_verdict(code: int, events: list[XidEvent]) -> xids.Verdict | None:
+    """The verdict of an Xid that lasts until a reset: its catalog bucket's, else its own line's
+    reset flag; None for an Xid that does not last."""
+    catalog = xids.verdict(code)
+    if catalog.need in xids.LASTING:
+        return catalog
+    if any(_LINE_RESET.search(e.message) for e in events):
+        return xids.Verdict("reset", "the Xid's own line", xids.LINE_RESET_SOURCE, "RST: Yes")
+    return None
+
+
 def _xids(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
     """One finding per Xid and GPU: a flapping GPU logs the same Xid hundreds of times."""
     recovery = {pci_form(r.bus_id): r.action for r in f.gpu_recovery or ()}
@@ -114,11 +130,17 @@ def _xids(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
         last = events[-1]
         v = xids.verdict(code, recovery.get(pci_form(bus)))
         recent = any(xid_in_window(e, ctx.now) for e in events)
-        lasting = (v.decided_by == "NVIDIA Xid catalog" and v.need in xids.LASTING
-                   and last.this_boot is True)
-        # The driver's recovery action is the GPU's state now, whatever the Xid's age.
-        current = v.need != "none" if v.decided_by == "driver recovery action" else (
-            recent or lasting)
+        if not (v.decided_by == "driver recovery action" and v.need != "none"):
+            # The driver asks for nothing (None) or says nothing: the Xid's own line and the
+            # catalog still say whether it lasts until a reset.
+            v = _lasting_verdict(code, events) or v
+        lasting = v.need in xids.LASTING and last.this_boot is True
+        # The driver's recovery action other than None is the GPU's state now, whatever the
+        # Xid's age; a lasting Xid is current while this boot's log holds it.
+        if v.decided_by == "driver recovery action":
+            current = v.need != "none"
+        else:
+            current = recent or lasting
         info = xids.catalog().get(code)
         act = current and v.severity != "info"
         times = f" x{len(events)}, last" if len(events) > 1 else ""
@@ -141,7 +163,9 @@ def _xids(ctx: Ctx, name: str, f: Facts) -> Iterator[Finding]:
              "subject": f"xid{code}@{bus}"},
             severity=v.severity if act else "info",
             hint=f"Xid {code} ({info.description if info else 'not in the catalog'}"
-            + (f"; the driver asks for {v.bucket}" if v.decided_by != "NVIDIA Xid catalog" else "")
+            + (f"; the driver asks for {v.bucket}" if v.decided_by == "driver recovery action"
+               else "; its own line asks for a reset (RST: Yes)"
+               if v.decided_by == "the Xid's own line" else "")
             + "): "
             f"{xids.NEED_FIX[v.need]}"
             + (f"; NVIDIA's investigatory action: {info.investigatory}"

@@ -78,15 +78,20 @@ NEED_FIX: Mapping[Need, str] = {
     "inspect": "drain the node and inspect it; collect `nvidia-bug-report.sh` for NVIDIA",
     "unknown": "look the code up in NVIDIA's Xid catalog",
 }
-# A fault whose effect lasts until the GPU or node is reset: current whatever its age, as long as
-# nothing (a reboot, or the driver's recovery action reading None) says it was cleared.
+# A fault whose effect lasts until the GPU or node is reset: current whatever its age while this
+# boot's log holds it. The driver's recovery action reading None does not clear it (older drivers
+# print None, or nothing, for a GPU that still needs the reset); a boot does (rules/faults.py).
 LASTING: frozenset[Need] = frozenset({"reset", "reboot"})
+# The line's own reset flag: NVIDIA's Xid 94/95 lines end "RST: No, D-RST: No" (example in
+# https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html); "Yes" in either asks for
+# a GPU reset (D-RST: drain, then reset).
+LINE_RESET_SOURCE = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html (RST/D-RST)"
 
 
 @dataclass(frozen=True)
 class Verdict:
     need: Need
-    decided_by: Literal["driver recovery action", "NVIDIA Xid catalog"]
+    decided_by: Literal["driver recovery action", "NVIDIA Xid catalog", "the Xid's own line"]
     source: str
     bucket: str | None = None  # the catalog bucket or the driver's recovery action
 

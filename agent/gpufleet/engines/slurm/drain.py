@@ -15,6 +15,10 @@ node decides only SETTLE_S after its own stamp, so every valid claim stamped bef
 visible by then. It drains only if the drains in the window plus the claims ordered before its
 own (stamp, then node name) leave room; then it clears the claim. No node drains past the limit,
 not even for a moment (clocks are assumed NTP-synchronised to well under a second).
+
+Which findings drain at all, and the class each drain counts in, is rules/drain_policy.py: the
+breaker counts only the drains (and claims) of the deciding node's class, so security floors or
+other software drains filling a partition's share never keep a hardware fault in service.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Literal
 from gpufleet import redact
 from gpufleet.engines.slurm import lifecycle
 from gpufleet.model import SEVERITY_ORDER, Finding
+from gpufleet.rules.drain_policy import CLASS_RANK, DrainClass, class_of_reason, policy
 
 REASON_PREFIX = "gpufleet:"
 REASON_MAX = 200  # Slurm keeps long reasons, but sinfo/squeue columns and humans do not
@@ -57,6 +62,7 @@ class NodeState:
     reason: str | None = None
     reason_time: dt.datetime | None = None  # naive, the controller's local time
     claim: float | None = None  # epoch seconds of a pending gpufleet claim (node Comment)
+    claim_class: DrainClass | None = None  # the claim's drain class; None: any (older claims)
     comment: str = ""  # the node Comment (read only with claims=True)
 
     @property
@@ -78,6 +84,10 @@ class Plan:
     budget: Mapping[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
     # the node's lifecycle step (engines/slurm/lifecycle.py): (from, to)
     lifecycle: tuple[str, str] = ("in service", "in service")
+    # the drain's breaker class (rules/drain_policy.py) and, per partition, gpufleet's drains
+    # of other classes within the window: they do not count against this one
+    drain_class: DrainClass | None = None
+    other_classes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- pure parts
@@ -102,7 +112,7 @@ def parse_sinfo(text: str) -> dict[str, NodeState]:
     return nodes
 
 
-_CLAIM = re.compile(re.escape(CLAIM_PREFIX) + r"(\d+(?:\.\d+)?)")
+_CLAIM = re.compile(re.escape(CLAIM_PREFIX) + r"(\d+(?:\.\d+)?)(?::(hardware|driver|software))?")
 
 
 def parse_comments(text: str) -> dict[str, str]:
@@ -121,6 +131,11 @@ def claim_of(comment: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def claim_class_of(comment: str) -> DrainClass | None:
+    m = _CLAIM.search(comment)
+    return m.group(2) if m else None  # type: ignore[return-value]
+
+
 def _timestamp(text: str) -> dt.datetime | None:
     try:
         return dt.datetime.fromisoformat(text)
@@ -129,18 +144,24 @@ def _timestamp(text: str) -> dt.datetime | None:
 
 
 def drain_reason(findings: Sequence[Finding], fail_on: str) -> str | None:
-    """`gpufleet: GF402 message (+N more)` for the worst finding at or above fail_on, else None.
+    """`gpufleet: GF402 message (+N more)` for the worst finding at or above fail_on whose
+    policy drains (rules/drain_policy.py), else None: a security floor alone drains nothing.
 
     The message came from the host: secrets are redacted first (every cluster user can read a
     Reason with `sinfo -R`; the report redacts the same text), then only printable ASCII
     survives, on one line, bounded.
     """
-    bad = [f for f in findings if SEVERITY_ORDER[f.severity] >= SEVERITY_ORDER[fail_on]]
+    bad = [f for f in findings if SEVERITY_ORDER[f.severity] >= SEVERITY_ORDER[fail_on]
+           and policy(f.rule).outcome == "drain"]
     if not bad:
         return None
     # An RMA verdict heads the reason whatever else is wrong: it is the node's lifecycle state.
+    # Then the most severe, hardware before driver before software: the reason's first rule id
+    # is the drain's breaker class.
     worst = sorted(bad, key=lambda f: (f.rule not in lifecycle.RMA_RULES,
-                                       -SEVERITY_ORDER[f.severity], f.rule))[0]
+                                       -SEVERITY_ORDER[f.severity],
+                                       CLASS_RANK[policy(f.rule).klass or "hardware"],
+                                       f.rule))[0]
     message = redact.text(worst.message)
     head = lifecycle.RMA.rstrip() if worst.rule in lifecycle.RMA_RULES else REASON_PREFIX
     text = re.sub(r"[^\x20-\x7e]+", " ", f"{head} {worst.rule} {message}")
@@ -157,10 +178,12 @@ def breaker_limit(partition_size: int, share: float) -> int:
 
 
 def _recent_drains(nodes: Mapping[str, NodeState], partition: str, since: dt.datetime,
-                   ) -> list[NodeState]:
-    """gpufleet's drains in partition with a reason time inside the window, in drain order."""
+                   klass: DrainClass | None = None) -> list[NodeState]:
+    """gpufleet's drains in partition with a reason time inside the window, in drain order;
+    with klass, only the drains of that class."""
     found = [n for n in nodes.values() if partition in n.partitions and n.ours
-             and n.reason_time is not None and n.reason_time >= since]
+             and n.reason_time is not None and n.reason_time >= since
+             and (klass is None or class_of_reason(n.reason) == klass)]
     return sorted(found, key=lambda n: (n.reason_time or since, n.name))
 
 
@@ -228,23 +251,43 @@ def _plan(node: str, me: NodeState, nodes: Mapping[str, NodeState], reason: str 
                     f"reason is left as it is (gpufleet would have written: {reason})")
     since = now - dt.timedelta(seconds=window_s)
     sizes = _sizes(nodes)
-    budget = {}
+    klass = class_of_reason(reason)
+    budget, elsewhere = {}, {}
     for p in me.partitions:
-        others = tuple(n.name for n in _recent_drains(nodes, p, since) if n.name != node)
+        others = tuple(n.name for n in _recent_drains(nodes, p, since, klass) if n.name != node)
         budget[p] = (breaker_limit(sizes[p], share), others)
+        elsewhere[p] = tuple(n.name for n in _recent_drains(nodes, p, since)
+                             if n.name != node and n.name not in others)
     spent = {p: b for p, b in budget.items() if len(b[1]) >= b[0]}
     if spent:
         return Plan("breaker", node, reason=reason, budget=budget,
-                    detail=_breaker_sentence(node, spent, share, window_s),
-                    lifecycle=(was, "suspect"))
-    return Plan("drain", node, reason=reason, budget=budget, detail=f"draining {node}: {reason}",
-                lifecycle=(was, lifecycle.state_of(reason, True)))
+                    detail=_breaker_sentence(node, spent, share, window_s, klass),
+                    lifecycle=(was, "suspect"), drain_class=klass, other_classes=elsewhere)
+    return Plan("drain", node, reason=reason, budget=budget,
+                detail=f"draining {node}: {reason}" + _elsewhere_sentence(
+                    klass, budget, elsewhere),
+                lifecycle=(was, lifecycle.state_of(reason, True)), drain_class=klass,
+                other_classes=elsewhere)
+
+
+def _elsewhere_sentence(klass: DrainClass, budget: Mapping[str, tuple[int, tuple[str, ...]]],
+                        elsewhere: Mapping[str, tuple[str, ...]]) -> str:
+    """Says so when drains of other classes alone would have filled the breaker."""
+    full = [f"partition {p}: {len(names)} other drain(s) ({', '.join(names)}), limit "
+            f"{budget[p][0]}" for p, names in sorted(elsewhere.items())
+            if names and len(names) + len(budget[p][1]) >= budget[p][0]]
+    if not full:
+        return ""
+    return (f"; the breaker counts only {klass} drains, and drains of other classes fill it ("
+            + "; ".join(full) + ")")
 
 
 def decide(node: str, nodes: Mapping[str, NodeState], claim: float, *, share: float,
-           window_s: float, now: dt.datetime, now_epoch: float) -> Plan:
+           window_s: float, now: dt.datetime, now_epoch: float,
+           klass: DrainClass = "hardware") -> Plan:
     """After claiming at `claim` (epoch) and waiting SETTLE_S: drain only if the partition's
-    drains within the window plus the live claims ordered before ours leave room."""
+    drains of `klass` within the window plus the live claims of `klass` (or of no stated class)
+    ordered before ours leave room."""
     me = nodes.get(node)
     if me is None:
         return Plan("error", node, detail=f"{node} vanished from sinfo while claiming")
@@ -252,9 +295,10 @@ def decide(node: str, nodes: Mapping[str, NodeState], claim: float, *, share: fl
     sizes = _sizes(nodes)
     budget, spent = {}, {}
     for p in me.partitions:
-        drained = {n.name for n in _recent_drains(nodes, p, since) if n.name != node}
+        drained = {n.name for n in _recent_drains(nodes, p, since, klass) if n.name != node}
         ahead = {n.name for n in nodes.values()
                  if p in n.partitions and n.name != node and n.claim is not None
+                 and n.claim_class in (None, klass)
                  and n.claim > now_epoch - CLAIM_TTL_S and (n.claim, n.name) < (claim, node)}
         names = tuple(sorted(drained | ahead))
         limit = breaker_limit(sizes[p], share)
@@ -262,14 +306,14 @@ def decide(node: str, nodes: Mapping[str, NodeState], claim: float, *, share: fl
         if len(names) >= limit:
             spent[p] = (limit, names)
     if spent:
-        return Plan("breaker", node, budget=budget,
-                    detail=_breaker_sentence(node, spent, share, window_s))
-    return Plan("drain", node, budget=budget)
+        return Plan("breaker", node, budget=budget, drain_class=klass,
+                    detail=_breaker_sentence(node, spent, share, window_s, klass))
+    return Plan("drain", node, budget=budget, drain_class=klass)
 
 
 def _breaker_sentence(node: str, spent: Mapping[str, tuple[int, tuple[str, ...]]],
-                      share: float, window_s: float) -> str:
-    parts = [f"partition {p}: {len(names)} node(s) already drained by gpufleet "
+                      share: float, window_s: float, klass: DrainClass) -> str:
+    parts = [f"partition {p}: {len(names)} node(s) already drained by gpufleet for {klass} "
              f"({', '.join(names)}), limit {limit}" for p, (limit, names) in sorted(spent.items())]
     return (f"circuit breaker tripped: {node} not drained; " + "; ".join(parts)
             + f" ({share:.0%} of the partition within {window_s:g} s)")
@@ -313,7 +357,8 @@ class SlurmNode:
             return nodes
         comments = parse_comments(found)
         return {n: dataclasses.replace(s, comment=comments.get(n, ""),
-                                       claim=claim_of(comments.get(n, "")))
+                                       claim=claim_of(comments.get(n, "")),
+                                       claim_class=claim_class_of(comments.get(n, "")))
                 for n, s in nodes.items()}
 
     def _sinfo(self, *args: str) -> str:
@@ -345,11 +390,16 @@ class SlurmNode:
                 self.drain(first.reason)  # already ours and drained: only the reason changes
             if first.action != "drain" or first.reason is None:
                 return first
-            return self._claim_and_drain(first.reason, share=share, window_s=window_s)
+            done = self._claim_and_drain(first.reason, share=share, window_s=window_s)
+            if done.action == "drain":  # keep the first plan's word on the other classes
+                return dataclasses.replace(done, detail=first.detail.replace(
+                    "draining", "drained", 1), other_classes=first.other_classes)
+            return done
         except SlurmError as exc:
             return Plan("error", self.node, reason=reason, detail=str(exc))
 
     def _claim_and_drain(self, reason: str, *, share: float, window_s: float) -> Plan:
+        klass = class_of_reason(reason)
         # The claim goes next to whatever Comment an admin left. Afterwards only the claim is
         # taken out of the Comment as it is *then*: an admin may have edited it meanwhile.
         mine = self.nodes(claims=True).get(self.node)
@@ -357,7 +407,8 @@ class SlurmNode:
         try:
             for _ in range(CLAIM_TRIES):
                 claim = round(self._clock(), 3)
-                self._update("Comment=" + f"{original} {CLAIM_PREFIX}{claim:.3f}".strip())
+                self._update("Comment="
+                             + f"{original} {CLAIM_PREFIX}{claim:.3f}:{klass}".strip())
                 if self._clock() - claim <= CLAIM_LANDED_S:
                     break
             else:
@@ -366,7 +417,8 @@ class SlurmNode:
                             f"breaker claim, {CLAIM_TRIES} times; not draining {self.node}")
             self._sleep(max(0.0, claim + SETTLE_S - self._clock()))
             second = decide(self.node, self.nodes(claims=True), claim, share=share,
-                            window_s=window_s, now=dt.datetime.now(), now_epoch=self._clock())
+                            window_s=window_s, now=dt.datetime.now(), now_epoch=self._clock(),
+                            klass=klass)
             if second.action != "drain":
                 return dataclasses.replace(second, reason=reason,
                                            lifecycle=("in service", "suspect"))
@@ -393,4 +445,6 @@ def plan_evidence(p: Plan) -> dict[str, object]:
         "node": p.node, "action": p.action, "reason": p.reason,
         "lifecycle": {"from": p.lifecycle[0], "to": p.lifecycle[1]},
         "budget": {k: {"limit": v[0], "drained": list(v[1])} for k, v in p.budget.items()},
+        "drain_class": p.drain_class,
+        "other_classes": {k: list(v) for k, v in p.other_classes.items()},
     }
