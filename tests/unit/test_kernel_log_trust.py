@@ -1,0 +1,82 @@
+"""Issue 38.1 (review S01): an Xid is a kernel-facility message that begins with the driver's
+"NVRM: Xid (PCI:…): N"; lines quoting one are counted, never events, and cannot flush real ones.
+
+Cases: tests/fixtures/kernel_log/forged.yaml (each line cites its source). The probe cases run
+the shipped probe.sh with a stand-in `dmesg` that answers only `-x --time-format iso`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from gpufleet.model import Facts
+from gpufleet.probes import parse_probe_output, probe_script
+from gpufleet.probes.kernel_log import parse_xid_lines, skipped_lines
+
+REPO = Path(__file__).resolve().parents[2]
+CASES = yaml.safe_load((REPO / "tests/fixtures/kernel_log/forged.yaml").read_text())
+DRIVER, FORGED = CASES["driver"], CASES["forged"]
+
+
+def test_driver_lines_are_xids() -> None:
+    text = "# source: dmesg -x --time-format iso\n" + "\n".join(DRIVER) + "\n"
+    events = parse_xid_lines(text)
+    assert [(e.xid, e.bus_id, e.timestamp) for e in events] == [
+        (79, "00000000:00:07.0", "[ 8123.460012]"),
+        (48, "00000000:00:07.0", "2026-12-02T10:00:01,000000+00:00"),
+    ]
+    assert skipped_lines(text) is None
+
+
+def test_each_forged_line_is_no_xid() -> None:
+    for line in FORGED:
+        text = f"# source: dmesg -x --time-format iso\n{line}\n"
+        assert parse_xid_lines(text) == (), line
+        assert "1 kernel-log line(s) quoting 'NVRM: Xid' not logged" in (skipped_lines(text) or "")
+
+
+def test_real_h200_kernel_log_has_no_xid_and_nothing_skipped() -> None:
+    # A capture (tests/fixtures/h200x2-2026-11-30/README.md): NVRM lines, none an Xid.
+    text = (REPO / "tests/fixtures/h200x2-2026-11-30/kernel-log.txt").read_text()
+    assert "NVRM:" in text
+    assert parse_xid_lines(text) == () and skipped_lines(text) is None
+
+
+def _probe(tmp: Path, lines: list[str]) -> Facts:
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    (tmp / "kmsg.txt").write_text("\n".join(lines) + "\n")
+    # A stand-in dmesg: the log only for the facility-decoding call the probe must make.
+    (bindir / "dmesg").write_text(
+        '#!/bin/sh\n[ "$*" = "-x --time-format iso" ] || { echo "dmesg: not this call" >&2; '
+        f'exit 1; }}\ncat {tmp / "kmsg.txt"}\n')
+    (bindir / "dmesg").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
+           "GPUFLEET_SYS_PCI_DEVICES": str(tmp / "no-pci"),
+           "GPUFLEET_PROC_DRIVER_NVIDIA": str(tmp / "no-proc")}
+    out = subprocess.run(["sh", "-s", "--", "tool_timeout=10"], input=probe_script(),
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    return parse_probe_output(out.stdout, collected_at="2026-12-02T10:05:00Z")
+
+
+def test_probe_keeps_driver_lines_and_counts_a_flood_of_forgeries(tmp_path: Path) -> None:
+    # One real Xid first, then 600 forged lines (more than the 500 the probe keeps), then one more.
+    flood = [FORGED[i % len(FORGED)] for i in range(600)]
+    facts = _probe(tmp_path, [DRIVER[0], *flood, DRIVER[1]])
+    assert [(e.xid, e.bus_id) for e in facts.xid_events] == [
+        (79, "00000000:00:07.0"), (48, "00000000:00:07.0")]
+    assert facts.errors.get("xid_skipped", "").startswith(
+        "600 kernel-log line(s) quoting 'NVRM: Xid' not logged by the NVIDIA driver")
+
+
+def test_probe_says_how_many_driver_lines_it_left_out(tmp_path: Path) -> None:
+    many = [DRIVER[0].replace("8123.460012", f"{8000 + i}.000000") for i in range(503)]
+    facts = _probe(tmp_path, many)
+    assert len(facts.xid_events) == 500
+    assert facts.xid_events[0].timestamp == "[ 8003.000000]"  # the newest 500 kept
+    assert facts.errors.get("xid_skipped") == (
+        "3 older Xid line(s) beyond the newest 500 were not read")
