@@ -7,7 +7,9 @@ the shipped probe.sh with a stand-in `dmesg` that answers only `-x --time-format
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -80,3 +82,25 @@ def test_probe_says_how_many_driver_lines_it_left_out(tmp_path: Path) -> None:
     assert facts.xid_events[0].timestamp == "[ 8003.000000]"  # the newest 500 kept
     assert facts.errors.get("xid_skipped") == (
         "3 older Xid line(s) beyond the newest 500 were not read")
+
+
+def _driver_lines_in_fixtures() -> list[str]:
+    """Every whole driver Xid line the project's fixtures hold: the fleet overlays (each cites
+    its layout's source in tests/fleet/profiles/README.md) and the families' JSON cases."""
+    found: list[str] = []
+    for path in sorted((REPO / "tests/fleet/profiles/overlays").glob("*.toml")):
+        found += [ln for ln in path.read_text().splitlines()
+                  if re.match(r"^\[\s*[\d.]+\] NVRM: Xid \(", ln)]
+    for path in sorted((REPO / "tests/fixtures/families").glob("*/*.json")):
+        sections = json.loads(path.read_text()).get("sections", {})
+        text = sections.get("kernel_log", {}).get("stdout", "")
+        found += [ln for ln in text.splitlines() if "NVRM: Xid" in ln]
+    return found
+
+
+def test_every_driver_line_of_the_fixtures_still_parses() -> None:
+    lines = _driver_lines_in_fixtures()
+    assert len(lines) >= 20  # 22 when written: 19 in the overlays, 3 in the families
+    for line in lines:
+        text = f"# source: dmesg -x --time-format iso\n{line}\n"
+        assert len(parse_xid_lines(text)) == 1 and skipped_lines(text) is None, line
