@@ -104,3 +104,31 @@ def test_every_driver_line_of_the_fixtures_still_parses() -> None:
     for line in lines:
         text = f"# source: dmesg -x --time-format iso\n{line}\n"
         assert len(parse_xid_lines(text)) == 1 and skipped_lines(text) is None, line
+
+
+def test_probe_reads_journald_kernel_facility_records_only(tmp_path: Path) -> None:
+    # dmesg refused (dmesg_restrict), journald answers; its short-iso layout is
+    # "TIME HOST kernel: MESSAGE" (systemd's output "short-iso"). The stand-in answers only the
+    # kernel-facility match: journald gives user text in /dev/kmsg its own SYSLOG_FACILITY
+    # (systemd src/journal/journald-kmsg.c dev_kmsg_record) and a forged "kernel:" identifier.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (tmp_path / "journal.txt").write_text(
+        "2026-12-02T10:00:01+0000 gpu01 kernel: " + DRIVER[0].split("] ", 1)[1] + "\n"
+        "2026-12-02T10:00:02+0000 gpu01 kernel: " + FORGED[0].split("] ", 1)[1] + "\n")
+    (bindir / "dmesg").write_text(
+        "#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n")
+    (bindir / "journalctl").write_text(
+        '#!/bin/sh\ncase " $* " in *" SYSLOG_FACILITY=0 "*) ;; *) exit 1 ;; esac\n'
+        f'cat {tmp_path / "journal.txt"}\n')
+    for tool in ("dmesg", "journalctl"):
+        (bindir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}",
+           "GPUFLEET_SYS_PCI_DEVICES": str(tmp_path / "no-pci"),
+           "GPUFLEET_PROC_DRIVER_NVIDIA": str(tmp_path / "no-proc")}
+    out = subprocess.run(["sh", "-s", "--", "tool_timeout=10"], input=probe_script(),
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    facts = parse_probe_output(out.stdout, collected_at="2026-12-02T10:05:00Z")
+    assert [(e.xid, e.timestamp, e.this_boot) for e in facts.xid_events] == [
+        (79, "2026-12-02T10:00:01+0000", None)]
+    assert facts.errors.get("xid_skipped", "").startswith("1 kernel-log line(s)")
