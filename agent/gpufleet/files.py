@@ -42,11 +42,41 @@ class FileError(Exception):
     """The file cannot be read or parsed; the message names the file and why."""
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))
+
+
+def not_regular(mode: int) -> str | None:
+    """"a FIFO", "a symbolic link", … for a mode that is not a regular file's; else None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+class NotRegular(OSError):
+    """open_regular found something other than a regular file; strerror says what."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"{kind}, not a regular file")
+        self.kind = kind
+
+
+def open_regular(path: Path, flags: int, mode: int = 0o644) -> int:
+    """os.open for a file in a shared directory: a link is not followed (ELOOP), a FIFO or
+    device neither blocks (O_NONBLOCK) nor is used: NotRegular("a FIFO, not a regular file")."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    kind = not_regular(os.fstat(fd).st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise NotRegular(kind)
+    return fd
+
+
 def _read_text(path: Path, follow: bool) -> str:
     if follow:
         return path.read_text(encoding="utf-8")
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, encoding="utf-8") as f:
+    with os.fdopen(open_regular(path, os.O_RDONLY), encoding="utf-8") as f:
         return f.read()
 
 
@@ -60,6 +90,8 @@ def read_parsed(path: Path, parse: Callable[[str], T], what: str,
     except OSError as exc:
         if exc.errno == errno.ELOOP and not follow:
             raise FileError(f"{path} is a symbolic link, not {what}: not read") from exc
+        if isinstance(exc, NotRegular):
+            raise FileError(f"{path} is {exc.kind}, not {what}: not read") from exc
         raise FileError(f"cannot read {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise FileError(f"{path} is not {what}: not UTF-8 text (byte {exc.start})") from exc
@@ -113,19 +145,20 @@ def read_json(path: Path, what: str, *, follow: bool = True) -> Any:
     return read_parsed(path, loads, what, (ValueError,), follow=follow)
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, *, in_place: bool = True) -> None:
     """Write beside, then rename: readers see the old file or the new one, never half of one.
     The temp file is new and ours (mkstemp: O_EXCL, a random name), so a symlink planted in a
     shared directory is never followed and concurrent writers never share one; the rename
     replaces a link at `path` itself, never its target. A device, FIFO or socket at `path`
     (`-o /dev/null`, `-o /dev/stdout`) is written to, never renamed over: as root the rename
-    would put a plain file where /dev/null was, for every program on the machine. Raises
-    OSError."""
+    would put a plain file where /dev/null was, for every program on the machine.
+    `in_place` False (a store's files, never a path the user named): always the temp file and
+    rename, so nothing planted at `path` is written through. Raises OSError."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         mode = stat.S_IFREG
-    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+    if in_place and (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         return

@@ -267,17 +267,19 @@ def test_xid_formats() -> None:
         "GPU has fallen off the bus.\n"
         "2026-11-30T00:41:07,512345+00:00 NVRM: Xid (PCI:0000:18:00): 48, pid=4711, "
         "name=python3, An uncorrectable double bit error (DBE) has been detected.\n"
-        "2026-11-30T00:42:00+0000 gpu07 kernel: NVRM: Xid (PCI:0000:18:00): 13, "
-        "Graphics Exception\n"
         "[    4.181388] NVRM: Persistence mode is deprecated\n"
     )
     events = parse_xid_lines(text)
     assert [(e.xid, e.timestamp, e.bus_id) for e in events] == [
         (79, "[ 1843.308145]", "00000000:B3:00.0"),
         (48, "2026-11-30T00:41:07,512345+00:00", "00000000:18:00.0"),
-        (13, "2026-11-30T00:42:00+0000", "00000000:18:00.0"),
     ]
     assert events[0].message.endswith("GPU has fallen off the bus.")
+    # journald's short-iso puts "HOST kernel: " first; probe.sh's source line says journalctl.
+    journal = ("# source: journalctl\n2026-11-30T00:42:00+0000 gpu07 kernel: NVRM: Xid "
+               "(PCI:0000:18:00): 13, Graphics Exception\n")
+    assert [(e.xid, e.timestamp, e.bus_id) for e in parse_xid_lines(journal)] == [
+        (13, "2026-11-30T00:42:00+0000", "00000000:18:00.0")]
 
 
 def test_throttle_mask_decoding() -> None:

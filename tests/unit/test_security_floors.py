@@ -39,7 +39,9 @@ def test_every_floor_names_its_source_date_and_cves() -> None:
                         fl.source), where
         assert date.fromisoformat(fl.date) <= date(2026, 12, 1), where
         assert fl.cves and all(re.fullmatch(r"CVE-\d{4}-\d{4,}", c) for c in fl.cves), where
-        assert fl.fixed and all(re.fullmatch(r"\d+(\.\d+)*", v) for v in fl.fixed.values()), where
+        # a release or an upstream pre-release ("1.4.0-rc.3"), as vkey orders it
+        assert fl.fixed and all(re.fullmatch(r"\d+(\.\d+)*(-rc\.\d+)?", v)
+                                for v in fl.fixed.values()), where
     # Newest last inside each component (the data file's own rule), so a reader sees the history.
     for comp in comps:
         dates = [fl.date for fl in floors if fl.component == comp]
@@ -154,6 +156,17 @@ def test_distribution_builds_are_info_and_say_why() -> None:
     assert {r: fs[0].severity for r, fs in found.items()} == {"GF308": "info", "GF309": "info"}
     assert "distribution build" in found["GF308"][0].message
     assert found["GF308"][0].evidence["distribution_build"] is True
+
+
+@pytest.mark.parametrize("commit, flagged", [
+    ("v1.4.0-rc.1-0-g1a2b3c4", True), ("v1.4.0-rc.2", True), ("v1.4.0-rc.3", False),
+    ("v1.4.0", False)])
+def test_runc_pre_releases_below_the_fix_are_flagged(commit: str, flagged: bool) -> None:
+    # The November 2025 fix shipped in v1.4.0-rc.3 (security_floors.yaml, review S08).
+    found = _found(_host(docker=DockerInfo(server_version="29.3.1", runc_commit=commit)))
+    assert ("GF308" in found) is flagged, found
+    if flagged:
+        assert found["GF308"][0].evidence["fixed"] == "1.4.0-rc.3"
 
 
 def test_a_runc_commit_without_a_version_is_not_judged() -> None:

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpufleet.files import FileError, read_json, write_atomic
+from gpufleet.files import FileError, open_regular, read_json, write_atomic
 from gpufleet.model import Expectations, Finding
 from gpufleet.rules.fabric_delta import RATE_RULES, WINDOW_RULES, delta_findings
 
@@ -182,7 +182,8 @@ class CounterHistory:
         """Raises OSError."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path, json.dumps({"schema": SCHEMA, "host": host,
-                                            "samples": list(samples)}, sort_keys=True) + "\n")
+                                            "samples": list(samples)}, sort_keys=True) + "\n",
+                     in_place=False)
 
 
 def node_counters(doc: Mapping[str, Any], host: str, path: Path,
@@ -203,10 +204,9 @@ def node_counters(doc: Mapping[str, Any], host: str, path: Path,
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock on FILE.lock (never following a link planted there). Raises OSError."""
+    """An exclusive lock on FILE.lock (never a link or FIFO planted there). Raises OSError."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW,
-                 0o644)
+    fd = open_regular(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -19,7 +19,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpufleet.files import REPORT_SCHEMA, STORE_SCHEMA, FileError, read_checked, write_atomic
+from gpufleet.files import (
+    REPORT_SCHEMA,
+    STORE_SCHEMA,
+    FileError,
+    not_regular,
+    open_regular,
+    read_checked,
+    write_atomic,
+)
 from gpufleet.history.analysis import summarize_run
 from gpufleet.redact import text as inert
 
@@ -38,6 +46,24 @@ def _entry(file: str, doc: Mapping[str, Any]) -> dict[str, Any]:
             "level": doc.get("level"), "hosts": summarize_run(doc)}
 
 
+def _write(target: Path, text: str) -> None:
+    """A store file through a fresh temp file and rename; whatever was planted at `target` that
+    is not a regular file (a link, a FIFO, a device) is refused, never written through."""
+    try:
+        kind = not_regular(os.lstat(target).st_mode)
+    except FileNotFoundError:
+        kind = None
+    except OSError as exc:
+        raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
+    if kind is not None:
+        raise StoreError(f"cannot write {target}: it is {kind}, not a regular file (planted in "
+                         "the store?); not written")
+    try:
+        write_atomic(target, text, in_place=False)
+    except OSError as exc:
+        raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
+
+
 class RunStore:
     """A shared directory: anyone who can write it may have planted links or forged files, so
     every file is read through the validation layer without following links, every write goes
@@ -54,7 +80,7 @@ class RunStore:
         lock = self.root / ".lock"
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = open_regular(lock, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             why = "a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
             raise StoreError(f"cannot use {self.root} as a run store: {lock}: {why}") from exc
@@ -119,8 +145,8 @@ class RunStore:
             if not old:
                 return 0
             index = {"schema": STORE_SCHEMA_ID, "runs": [r for r in runs if r not in old]}
+            _write(self.root / INDEX, json.dumps(index, separators=(",", ":")) + "\n")
             try:
-                write_atomic(self.root / INDEX, json.dumps(index, separators=(",", ":")) + "\n")
                 for r in old:  # after the index, so no entry names a removed file
                     if (path := self._run_file(str(r["file"]))) is not None:
                         path.unlink()
@@ -142,8 +168,5 @@ class RunStore:
             for target, text in (
                     (path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n"),
                     (self.root / INDEX, json.dumps(index, separators=(",", ":")) + "\n")):
-                try:
-                    write_atomic(target, text)
-                except OSError as exc:
-                    raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
+                _write(target, text)
         return path

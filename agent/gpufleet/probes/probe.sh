@@ -199,23 +199,50 @@ if [ "$rc" = 0 ]; then
 fi
 emit ldconfig "$rc"
 
-# Kernel log: NVIDIA lines only. dmesg with ISO times when it can, else plain, else journald.
-capture dmesg --time-format iso
-src='dmesg --time-format iso'
+# Kernel log: the NVIDIA driver's Xid lines only, with their facility (-x: util-linux
+# sys-utils/dmesg.c print_record writes "%-6s:%-6s: " facility and level first), ISO times when
+# dmesg can, else journald's kernel-facility records (SYSLOG_FACILITY=0: systemd
+# src/journal/journald-kmsg.c dev_kmsg_record sets it from the record's own priority). A line is
+# kept only where the kernel message itself starts with "NVRM: Xid (": a segfault report quoting a
+# user's file name, or user text written to /dev/kmsg (facility user: the kernel's devkmsg_write
+# never lets user space claim kern), is counted, never kept, so it can neither forge an Xid nor
+# push a real one out of the newest 500 kept. probes/kernel_log.py parses the same layout.
+capture dmesg -x --time-format iso
+src='dmesg -x --time-format iso'
 if [ "$rc" != 0 ]; then
-    capture dmesg
-    src=dmesg
+    capture dmesg -x
+    src='dmesg -x'
 fi
 if [ "$rc" != 0 ] && command -v journalctl >/dev/null 2>&1; then
-    capture journalctl -k -o short-iso --no-pager -q --since=-7d
+    capture journalctl -k -o short-iso --no-pager -q --since=-7d SYSLOG_FACILITY=0
     src=journalctl
 fi
 if [ "$rc" = 0 ]; then
     {
         echo "# source: $src"
-        while IFS= read -r line; do
-            case $line in *NVRM* | *Xid* | *nvidia*) printf '%s\n' "$line" ;; esac
-        done <"$tmp/out" | tail -n 500
+        # journald's short-iso puts "HOST kernel: " between the time and the message.
+        awk -v keep=500 -v journal="$([ "$src" = journalctl ] && echo 1)" '
+            {
+                rest = $0; fac = ""
+                if (match(rest, /^[a-z0-9]+ *:[a-z]+ *: /)) {
+                    fac = substr(rest, 1, index(rest, ":") - 1); sub(/ +$/, "", fac)
+                    rest = substr(rest, RLENGTH + 1)
+                }
+                if (journal) {
+                    if (match(rest, /^[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[^ ]+ [^ ]+ kernel: /))
+                        rest = substr(rest, RLENGTH + 1)
+                } else if (match(rest, /^\[ *[0-9.]+\] /) ||
+                           match(rest, /^[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[^ ]+ /))
+                    rest = substr(rest, RLENGTH + 1)
+                if (index(rest, "NVRM: Xid (") == 1 && (fac == "" || fac == "kern")) {
+                    n++; line[n % keep] = $0
+                } else if (index($0, "NVRM: Xid") > 0) other++
+            }
+            END {
+                old = n > keep ? n - keep : 0
+                printf "# skipped: %d not from the driver, %d older than the newest %d\n", other, old, keep
+                for (i = old + 1; i <= n; i++) print line[i % keep]
+            }' <"$tmp/out"
     } >"$tmp/klog"
     mv "$tmp/klog" "$tmp/out"
 fi

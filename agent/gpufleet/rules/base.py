@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from gpufleet.model import (
     Expectations,
     Facts,
@@ -110,10 +112,43 @@ def vtuple(version: str | None) -> tuple[int, ...] | None:
     return tuple(int(n) for n in nums) if nums else None
 
 
+# The release numbers, then a pre-release tag as the projects write it: runc "1.2.0-rc.1",
+# Docker "28.0.0-rc.1", containerd "2.0.0-rc.1", the Container Toolkit's Debian-style
+# "1.17.0~rc.1". What follows (git describe "-0-g1a2b3c4", a distribution's "+ds1-1",
+# "-0ubuntu1~22.04") is not part of the upstream order.
+_ORDERED = re.compile(r"^v?(?P<release>\d+(?:\.\d+)*)"
+                      r"(?:[-~._]?(?P<pre>alpha|beta|rc|pre|a|b|c)[-._]?(?P<n>\d*))?(?![a-z])",
+                      re.IGNORECASE)
+_LOWEST = Version("0")
+
+
+def vkey(version: str | None) -> Version | None:
+    """A version as its project orders it (a pre-release before its release); None if unreadable.
+
+    The order is packaging.version's (PEP 440: a < b < rc < release, numbers as numbers); the
+    strings are first cut to release + pre-release tag, because PEP 440's grammar reads neither
+    Debian's "~rc" nor git-describe or distribution suffixes.
+    """
+    m = _ORDERED.match(version.strip()) if version else None
+    if not m:
+        return None
+    pre = m.group("pre")
+    text = m.group("release") + (f"{pre}{m.group('n') or 0}" if pre else "")
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def vsort(version: str | None) -> Version:
+    """vkey for sorting: an unreadable version sorts lowest."""
+    return vkey(version) or _LOWEST
+
+
 def vless(a: str | None, b: str) -> bool:
-    """True when version a is known and lower than b."""
-    ta, tb = vtuple(a), vtuple(b)
-    return ta is not None and tb is not None and ta < tb
+    """True when version a is known and lower than b (a pre-release is lower than its release)."""
+    ka, kb = vkey(a), vkey(b)
+    return ka is not None and kb is not None and ka < kb
 
 
 def branch_of(driver: str | None) -> int | None:

@@ -19,6 +19,7 @@ from gpufleet.rules.base import (
     finding,
     major_minor,
     vless,
+    vsort,
     vtuple,
 )
 
@@ -59,7 +60,7 @@ def _min_driver(cuda: str) -> str | None:
     # A runtime newer than the table: at least the newest known minimum of its major.
     major = cuda.split(".", maxsplit=1)[0] + "."
     same = [v for k, v in reference.CUDA_MIN_DRIVER.items() if k.startswith(major)]
-    return max(same, key=lambda v: vtuple(v) or ()) if same else None
+    return max(same, key=vsort) if same else None
 
 
 def _cuda_driver(ctx: Ctx, h: HostResult, f: Facts) -> Iterator[Finding]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from gpufleet.model import SEVERITY_ORDER, Facts, Finding, HostResult, Severity
 from gpufleet.probes.kernels import release_key
-from gpufleet.rules.base import Ctx, branch_of, finding, vtuple
+from gpufleet.rules.base import Ctx, branch_of, finding, vsort, vtuple
 from gpufleet.rules.catalog import _UPGRADE
 
 RULES: tuple[str, ...] = ("GF007", "GF303", "GF307", "GF308", "GF309", "GF310")
@@ -100,19 +100,19 @@ def fixed_for(floor: Floor, version: str, *, branch_lines: bool = False) -> str 
     other line. With `branch_lines` (drivers), a branch the floor does not list is unaffected when
     it is newer than every listed branch and unfixed ("" = move branch) when it is older.
     """
-    have = vtuple(version) or ()
+    line, have = vtuple(version) or (), vsort(version)
     keys = sorted(floor.fixed, key=lambda k: -len(vtuple(k) or ()))
     for key in keys:
         kt = vtuple(key) or ()
-        if key != "0" and have[: len(kt)] == kt:
-            return floor.fixed[key] if have < (vtuple(floor.fixed[key]) or ()) else None
+        if key != "0" and line[: len(kt)] == kt:
+            return floor.fixed[key] if have < vsort(floor.fixed[key]) else None
     if branch_lines:
         listed = [(vtuple(k) or (0,))[0] for k in floor.fixed]
-        return "" if have and have[0] < max(listed) else None
+        return "" if line and line[0] < max(listed) else None
     if "0" in floor.fixed:
-        return floor.fixed["0"] if have < (vtuple(floor.fixed["0"]) or ()) else None
-    lowest = min(floor.fixed.values(), key=lambda v: vtuple(v) or ())
-    return lowest if have < (vtuple(lowest) or ()) else None
+        return floor.fixed["0"] if have < vsort(floor.fixed["0"]) else None
+    lowest = min(floor.fixed.values(), key=vsort)
+    return lowest if have < vsort(lowest) else None
 
 
 def runc_version(commit: str | None) -> tuple[str | None, bool]:
@@ -150,10 +150,10 @@ def _versions(f: Facts) -> dict[str, tuple[str | None, bool]]:
 
 def _remedy(comp: str, version: str, fixed: list[str], newest: Floor | None, host: str) -> str:
     upgrade = _UPGRADE.replace("{host}", host)
-    best = max((v for v in fixed if v), key=lambda v: vtuple(v) or (), default="")
+    best = max((v for v in fixed if v), key=vsort, default="")
     if comp == "driver":
         if "" in fixed or not best:
-            branches = sorted(newest.fixed, key=lambda b: vtuple(b) or ()) if newest else []
+            branches = sorted(newest.fixed, key=vsort) if newest else []
             return (upgrade + f" -e nvidia_driver_branch={branches[-1] if branches else '?'} "
                     f"-e nvidia_driver_version='' (R{branch_of(version)} gets no fix for "
                     f"{newest.advisory if newest else 'the newest bulletin'}; fixed branches: "
@@ -188,7 +188,7 @@ def _component(h: HostResult, f: Facts, comp: Component, floors: tuple[Floor, ..
         worst = "info"
     newest = max(mine, key=lambda fl: fl.date)
     fixes = [fix for _, fix in failed]
-    best = max((v for v in fixes if v), key=lambda v: vtuple(v) or (), default="")
+    best = max((v for v in fixes if v), key=vsort, default="")
     cves = sorted({c for fl, _ in failed for c in fl.cves})
     ordered = sorted(failed, key=lambda pair: pair[0].date)
     parts = []
