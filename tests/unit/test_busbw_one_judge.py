@@ -16,6 +16,7 @@ from typing import Any
 from test_rules_builders import NOW, facts, fleet
 
 from gpufleet.model import Expectations, HostSpec, SmokeCheck
+from gpufleet.probes.nccl import parse as parse_nccl
 from gpufleet.rules import evaluate
 from gpufleet.smoke import command, runner
 from gpufleet.smoke.hostrun import HostRun, SmokeOptions
@@ -46,16 +47,20 @@ def _argv(*, expectation: bool, floor: float | None) -> list[str]:
     return command._script_args(h, "{}", SmokeOptions(), ref, 60.0)[1:]
 
 
-def _errors(measured: dict[int, float], *, expectation: bool, floor: float | None) -> list[str]:
+def _errors(measured: dict[int, float], *, expectation: bool, floor: float | None,
+            nccl: str | None = None, world_of: tuple[str, ...] = ("gpu02",)) -> list[str]:
     """gpu02's error findings after the real host-side busbw check on `measured`."""
     argv = _argv(expectation=expectation, floor=floor)
     bw_world = {"world": {s: {"busbw_gbps": v} for s, v in measured.items()}, "method": "graph"}
     checks, busbw = world.aggregate([_rank(0), _rank(1)], bw_world, ddp.parse_args(argv))
     c = next(c for c in checks if c["name"] == "busbw")
     check = SmokeCheck(c["name"], c["passed"], c["detail"], c["data"])
-    r = fleet({"gpu02": {"smoke": {"checks": (check,),
-                                   "busbw_gbps": {int(k): v for k, v in busbw.items()}}}},
-              expectations={"min_busbw_gbps": floor})
+    run = {"checks": (check,), "busbw_gbps": {int(k): v for k, v in busbw.items()},
+           "hosts": world_of}
+    hosts: dict[str, dict[str, Any]] = {n: {"smoke": run} for n in world_of}
+    if nccl is not None:  # on gpu02 only, the last host of a world
+        hosts["gpu02"]["facts"] = {"nccl_config": parse_nccl(nccl)}
+    r = fleet(hosts, expectations={"min_busbw_gbps": floor})
     return sorted(f"{f.rule} {f.message}" for f in evaluate(r, now=NOW)
                   if "gpu02" in f.hosts and f.severity == "error")
 
@@ -80,3 +85,20 @@ def test_an_expectation_breach_is_one_gf504() -> None:
 
 def test_healthy_values_give_no_error() -> None:
     assert _errors(H200X2, expectation=True, floor=300.0) == []
+
+
+def test_the_expectation_breach_names_the_nccl_setting_from_the_facts() -> None:
+    # The probe's nccl section as tests/unit/test_rules.py's GF701 case prints it.
+    errors = _errors({64 * MIB: 26.8}, expectation=True, floor=None,
+                     nccl="@@file /etc/nccl.conf\nNCCL_P2P_DISABLE=1\n@@home /root\n@@env\n")
+    assert [e.split()[0] for e in errors] == ["GF504"], errors
+    assert "likely cause: NCCL_P2P_DISABLE=1 in /etc/nccl.conf on gpu02" in errors[0]
+
+
+def test_a_world_names_the_setting_of_any_of_its_hosts() -> None:
+    # A two-host world whose second host has P2P off in its config: GF504 names it (the world's
+    # verdict once named only settings the host-side run saw; the rule read only the first host).
+    errors = _errors({64 * MIB: 26.8}, expectation=True, floor=None, world_of=("gpu01", "gpu02"),
+                     nccl="@@file /etc/nccl.conf\nNCCL_P2P_DISABLE=1\n@@home /root\n@@env\n")
+    assert [e.split()[:2] for e in errors] == [["GF504", "gpu01+gpu02:"]], errors
+    assert "likely cause: NCCL_P2P_DISABLE=1 in /etc/nccl.conf on gpu02" in errors[0]

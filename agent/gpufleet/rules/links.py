@@ -27,7 +27,8 @@ def check(ctx: Ctx) -> Iterator[Finding]:
                                "source": bandwidth.SOURCES["nvlink_speeds"],
                                "subject": f"gpu{issue.gpu}"},
                               gpu=issue.gpu)
-    for h, s, world in ctx.worlds():
+    facts = {h.name: f for h, f in ctx.with_facts()}
+    for _h, s, world in ctx.worlds():
         for c in s.checks:
             if c.name != "busbw" or c.data.get("basis") != "expectation":
                 continue
@@ -35,11 +36,12 @@ def check(ctx: Ctx) -> Iterator[Finding]:
             top = _breach(data)
             if top is None:
                 continue
-            found = data.get("suspect_settings") or []
-            if not found and h.facts is not None:
-                found = [{"host": h.name, "name": st.name, "value": st.value,
-                          "source": st.source, "why": why}
-                         for st, why in suspects(h.facts.nccl_config, multinode=len(world) > 1)]
+            # The NCCL settings in effect on the world's hosts name the likely cause (an older
+            # result may carry them, named by the host-side verdict).
+            found = data.get("suspect_settings") or [
+                {"host": n, "name": st.name, "value": st.value, "source": st.source, "why": why}
+                for n in world if n in facts
+                for st, why in suspects(facts[n].nccl_config, multinode=len(world) > 1)]
             msg = (f"{'+'.join(world)}: busbw {top.get('measured_gbps', 0):.1f} GB/s at "
                    f"{fmt_bytes(int(top.get('bytes', 0)))} is "
                    f"{100 * float(top.get('ratio', 0)):.0f}% of the "
