@@ -110,3 +110,16 @@ def test_a_failed_rank_is_named() -> None:
     c = _checks([_rank(0), bad])
     assert not c["ddp"]["passed"]
     assert c["ddp"]["detail"].startswith("failed on rank(s) 1: ")
+
+
+def test_host_side_thresholds_equal_their_controller_homes() -> None:
+    """The package shipped to hosts imports only the stdlib, so a few numbers live twice; they
+    must not drift (issue 36.1: one home per threshold; the controller's copy is the source)."""
+    from gpufleet import sku  # noqa: PLC0415
+    from gpufleet.sku import bandwidth  # noqa: PLC0415
+    from gpufleet.smoke.remote import deep_verdict  # noqa: PLC0415
+
+    cat = sku.load()
+    assert dict(bandwidth.PCIE_LANE_GBPS) == deep_verdict.PCIE_LANE_GBPS
+    assert cat.efficiency["hopper"]["pinned_gbps"].value == deep_verdict.PINNED_CALIBRATION
+    assert cat.floors["pinned"].value == deep_verdict.PINNED_FLOOR
