@@ -5,6 +5,7 @@ Hand-derived numbers as in test_bandwidth.py: 4 GiB ratio 343.7 / 478.116 = 0.71
 
 from __future__ import annotations
 
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -49,6 +50,19 @@ def test_h100_pcie_with_12_links_by_design_is_silent(parsed: dict[str, Facts]) -
     # 12 x 26.562 = 318.744; x 0.718863 = 229.133 at 4 GiB
     assert e is not None and e.issues == ()
     assert e.busbw_gbps[4 * GIB] == pytest.approx(229.133, abs=1e-3)
+
+
+def test_h100_nvl_with_12_links_is_silent(parsed: dict[str, Facts]) -> None:
+    # The H100 NVL has 12 NVLinks (skus.json H100-NVL, source azure-162): the same 12-of-18
+    # capture as the H100 PCIe profile, named as nvidia-smi names the NVL. The old second table
+    # in bandwidth.py matched "H100" and said 18: "12 of 18 NVLinks active".
+    pcie = parsed["h100-pcie-nv12"]
+    f = dataclasses.replace(pcie, gpus=tuple(dataclasses.replace(g, name="NVIDIA H100 NVL")
+                                             for g in pcie.gpus))
+    assert [x for x in _alone("h100-nvl", f) if x.split()[0] in ("GF408", "GF413", "GF504")] == []
+    e = expect.expect_host(expect.links_from_facts(f), 2)
+    assert e is not None and e.issues == ()
+    assert e.busbw_gbps[4 * GIB] == pytest.approx(229.133, abs=1e-3)  # 12 x 26.562 x 0.718863
 
 
 def test_links_down_stay_gf408(parsed: dict[str, Facts]) -> None:

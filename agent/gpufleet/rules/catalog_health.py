@@ -152,12 +152,12 @@ HEALTH_RULES: tuple[RuleInfo, ...] = (
              "`nvidia-smi nvlink -s -i {gpu}` on {host}; reset the GPU "
              "(`nvidia-smi -r -i {gpu}`) and reseat or RMA the baseboard if the speed stays low",
              meaning="An active NVLink runs below the speed its GPU model normally shows in "
-                     "`nvidia-smi nvlink -s` (table `SKUS` in `agent/gpufleet/sku/bandwidth.py`: "
-                     "26.562 GB/s NVLink4 on H100/H200, 53.125 on B200/GB200, 25 on A100, 25.781 "
-                     "on V100). The expectation (GF504) is lowered by the slow link, so bandwidth "
-                     "is not reported twice. GF408 (inactive links) likewise counts against the "
-                     "SKU's normal link count: an H100 PCIe with 12 of 18 links active is normal "
-                     "(Azure/azurehpc-health-checks#162)."),
+                     "`nvidia-smi nvlink -s` (`nvlink_link_gbps` in the SKU catalog "
+                     "`agent/gpufleet/sku/skus.json`: 26.562 GB/s NVLink4 on H100/H200, 53.125 on "
+                     "B200/GB200, 25 on A100). The expectation (GF504) is lowered by the slow "
+                     "link, so bandwidth is not reported twice. GF408 (inactive links) likewise "
+                     "counts against the catalog's `nvlink_links`: an H100 PCIe or H100 NVL with "
+                     "12 of 18 links active is normal (Azure/azurehpc-health-checks#162)."),
     RuleInfo("GF414", "warning", "ECC memory protection disabled",
              "`nvidia-smi -i {gpu} -e 1` on {host}, then reset the GPUs (`nvidia-smi -r -i {gpu}`) "
              "or reboot: `ansible {host} -b -m ansible.builtin.reboot`; the mode is pending until "

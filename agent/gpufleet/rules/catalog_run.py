@@ -33,8 +33,9 @@ RUN_RULES: tuple[RuleInfo, ...] = (
                      "NICs for multinode, times ratios calibrated against nccl-tests). Evidence: "
                      "measured, expected, ratio, the link inventory and the calibration used; when "
                      "an NCCL setting that cuts bandwidth is in effect (GF701-GF703) the finding "
-                     "names it and its file as the likely cause. A missing measurement fails the "
-                     "check.",
+                     "names it and its file as the likely cause. Judged here, once, from the "
+                     "values the host records (the host judges nothing); a missing measurement "
+                     "at a judged size is a finding, never a pass.",
              doc_fill={"hint": "remove the named NCCL setting from its file, or check `nvidia-smi "
                                "nvlink -s`, `nvidia-smi topo -m` and NCCL_DEBUG=INFO"}),
     # GF540-GF559: against the SKU catalog (rules/perf.py, gpufleet/sku; docs/expectations.md).
@@ -146,8 +147,8 @@ RUN_RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF601", "error", "smoke check failed",
              "{hint}; rerun `gpufleet smoke -l {host} --level full`",
              meaning="A smoke check failed (versions, device_count, matmul, allreduce_exact, ddp, "
-                     "amp, busbw) or the run failed without naming one; evidence holds the check's"
-                     " detail and data."),
+                     "amp) or the run failed without naming one; evidence holds the check's"
+                     " detail and data. Measured busbw values are GF501/GF504's, never GF601's."),
     RuleInfo("GF602", "error", "smoke test could not run",
              "read the log tail; run `gpufleet smoke -l {host}` and check gpufleet_smoke_runtime "
              "/ gpufleet_smoke_python for the host",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from gpufleet.model import Facts, Finding, HostResult
 from gpufleet.rules import reference
 from gpufleet.rules.base import Ctx, finding
-from gpufleet.sku.bandwidth import sku_of
+from gpufleet.sku import nvlink_norm
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
 # Xid events and the driver's recovery action: rules/faults.py.
@@ -101,8 +101,8 @@ def check(ctx: Ctx) -> Iterator[Finding]:
         for links in f.nvlink:
             down = [lk.link for lk in links.links if not lk.active]
             gpu = next((g for g in f.gpus if g.index == links.gpu_index), None)
-            sku = sku_of(gpu.name if gpu else None)
-            if sku is not None and sku.links and len(links.links) - len(down) >= sku.links:
+            norm = nvlink_norm(gpu.name if gpu else None)
+            if norm is not None and len(links.links) - len(down) >= norm.links:
                 continue  # built with fewer links (H100 PCIe: 12 of 18, azurehpc#162)
             if down:
                 yield finding("GF408", [name],

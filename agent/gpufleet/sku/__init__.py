@@ -150,3 +150,26 @@ def efficiency(model: Model, metric: str,
     if not others:
         return None
     return min(others, key=lambda s: s.value), "borrowed"
+
+
+@dataclass(frozen=True)
+class NvLinkNorm:
+    """A healthy GPU of `model`'s NVLinks: how many are active and each one's rate (GB/s one way,
+    as `nvidia-smi nvlink -s` prints it). From skus.json, the one home of both numbers."""
+
+    model: str
+    links: int
+    link_gbps: float
+
+
+def nvlink_norm(name: str | None, pci_device_id: str | None = None,
+                catalog: Catalog | None = None) -> NvLinkNorm | None:
+    """The model's NVLink norm; None for no reference or a model without NVLink (L40S, PCIe
+    A100): nothing to judge its links against."""
+    model, _ = match(name, pci_device_id, catalog)
+    if model is None:
+        return None
+    links, rate = model.peaks.get("nvlink_links"), model.peaks.get("nvlink_link_gbps")
+    if links is None or rate is None:
+        return None
+    return NvLinkNorm(model.key, int(links.value), rate.value)

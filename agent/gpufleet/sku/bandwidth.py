@@ -22,7 +22,8 @@ Model (docs/smoke.md, "Expected bandwidth"):
    SKU's normal count and speed), the measured table itself is the expectation.
 4. A link below its SKU's normal count or speed lowers the raw bound (it is its own finding,
    GF408/GF413, so the bandwidth check does not report it twice); a SKU built with fewer links
-   (H100 PCIe: 12 of 18) is normal, not degraded.
+   (H100 PCIe, H100 NVL: 12 of 18) is normal, not degraded; each model's link count and rate
+   are read from the SKU catalog (sku/skus.json via sku.nvlink_norm), their one home.
 5. Fabric classes (FABRICS): an 8-GPU NVSwitch host is judged as NVSwitch with NVLS (NVLink
    SHARP) or without it, a direct NV# pair/bridge as "nvlink", anything else as "pcie". NVLS is
    on where NCCL turns it on by default (NVSwitch and a Hopper or newer GPU, the SKU catalog's
@@ -111,32 +112,6 @@ PCIE_LANE_GBPS: Mapping[int, float] = {1: 0.25, 2: 0.5, 3: 0.9846, 4: 1.9692, 5:
 
 
 @dataclass(frozen=True)
-class Sku:
-    match: str  # substring of the nvidia-smi GPU name, most specific first
-    links: int  # NVLinks active in a healthy GPU of this SKU (0: none)
-    speed_gbps: float  # per link, as nvidia-smi nvlink -s prints it
-
-
-SKUS: tuple[Sku, ...] = (
-    Sku("H100 PCIe", 12, 26.562),
-    Sku("H100", 18, 26.562),
-    Sku("H200", 18, 26.562),
-    Sku("H20", 18, 26.562),
-    Sku("GB200", 18, 53.125),
-    Sku("B200", 18, 53.125),
-    Sku("A100", 12, 25.0),
-    Sku("V100-SXM2", 6, 25.781),
-    Sku("L40", 0, 0.0),
-    Sku("L4", 0, 0.0),
-    Sku("A10", 0, 0.0),
-)
-
-
-def sku_of(name: str | None) -> Sku | None:
-    return next((s for s in SKUS if name and s.match in name), None)
-
-
-@dataclass(frozen=True)
 class HostLinks:
     """What the model needs to know about one host's GPUs (from Facts or the smoke preflight)."""
 
@@ -208,20 +183,20 @@ def link_issues(links: HostLinks) -> tuple[LinkIssue, ...]:
     out: list[LinkIssue] = []
     for g in links.nvlink:
         name = links.gpu_names[g.gpu_index] if g.gpu_index < len(links.gpu_names) else None
-        sku = sku_of(name)
-        if sku is None or sku.links == 0:
+        norm = sku.nvlink_norm(name)
+        if norm is None:
             continue
         active = [lk for lk in g.links if lk.active]
-        if len(active) < sku.links:
+        if len(active) < norm.links:
             out.append(LinkIssue(g.gpu_index, "inactive",
-                                 f"GPU {g.gpu_index}: {len(active)} of {sku.links} NVLinks "
-                                 f"active ({sku.match} normal)"))
+                                 f"GPU {g.gpu_index}: {len(active)} of {norm.links} NVLinks "
+                                 f"active ({norm.model} normal)"))
         slow = [lk for lk in active if lk.speed_gbps is not None
-                and lk.speed_gbps < sku.speed_gbps * 0.99]
+                and lk.speed_gbps < norm.link_gbps * 0.99]
         if slow:
             out.append(LinkIssue(g.gpu_index, "slow", f"GPU {g.gpu_index}: NVLink(s) "
                                  + ", ".join(f"{lk.link} at {lk.speed_gbps:g}" for lk in slow)
-                                 + f" GB/s (normal {sku.speed_gbps:g})"))
+                                 + f" GB/s (normal {norm.link_gbps:g})"))
     return tuple(out)
 
 

@@ -17,7 +17,6 @@ from typing import Any
 
 from gpufleet.model import RankInfo, SmokeCheck, SmokeResult, SmokeStatus
 from gpufleet.redact import number
-from gpufleet.rules.nccl import suspects
 from gpufleet.smoke.hostrun import LOG_TAIL_BYTES, HostRun
 from gpufleet.smoke.nccl_paths import GLOO, parse_nccl_init
 
@@ -361,23 +360,6 @@ def result(h: HostRun, world: Sequence[HostRun], level: str, elapsed: float) -> 
                    notes=notes)
 
 
-def _suspect_check(c: SmokeCheck, world: Sequence[HostRun]) -> SmokeCheck:
-    """A failed busbw check names the NCCL settings that likely caused it, with their files."""
-    if c.name != "busbw" or c.passed:
-        return c
-    found = []
-    for m in world:
-        for s, why in suspects(m.nccl, multinode=len(world) > 1):
-            found.append({"host": m.spec.name, "name": s.name, "value": s.value,
-                          "source": s.source, "why": why})
-    if not found:
-        return c
-    named = "; ".join(f"{f['name']}={f['value']} in {f['source']} on {f['host']} ({f['why']})"
-                      for f in found)
-    return SmokeCheck(name=c.name, passed=False, detail=f"{c.detail}; likely cause: {named}",
-                      data={**c.data, "suspect_settings": found})
-
-
 def _finite(raw: object, *, keys: bool = True) -> dict[str, float]:
     """The finite numbers of a result.json mapping (`keys`: under integer keys only)."""
     if not isinstance(raw, Mapping):
@@ -404,9 +386,8 @@ def from_result(
         for r in result.get("ranks", [])
     )  # fmt: skip
     checks = tuple(
-        _suspect_check(SmokeCheck(name=str(c["name"]), passed=bool(c["passed"]),
-                                  detail=str(c.get("detail", "")), data=c.get("data") or {}),
-                       world)
+        SmokeCheck(name=str(c["name"]), passed=bool(c["passed"]),
+                   detail=str(c.get("detail", "")), data=c.get("data") or {})
         for c in result.get("checks", [])
     )  # fmt: skip
     # result.json is the host's: "inf", "nan" or a string is no measurement (issue 22 F3)

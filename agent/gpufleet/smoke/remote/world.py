@@ -84,7 +84,7 @@ def _busbw(ranks, bw_world, args):
     if not all(r["info"]["device"].startswith("cuda") for r in ranks):
         ref = None  # the reference is for NCCL on these GPUs, not a gloo fallback
     res = bw_world["world"]
-    ok, detail, data = busbw_verdict(res, ref, args.min_busbw, args.ref_fraction)
+    ok, detail, data = busbw_verdict(res, ref)
     if ref and args.expectation:
         data["basis"] = "expectation"
         data["expectation"] = json.loads(args.expectation)
