@@ -9,12 +9,15 @@ NaN where it writes numbers; the host prints it, so it is untrusted.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 from test_rules import DRV_OTHER
 from test_rules_builders import NOW, fleet, smoke
 
+from gpufleet.cli import main
+from gpufleet.history import RunStore
 from gpufleet.model import SmokeCheck
 from gpufleet.report.common import exit_code
 from gpufleet.report.pipeline import judge
@@ -58,3 +61,16 @@ def test_the_exception_text_is_shown_clean() -> None:
     assert "\x1b" not in crash.message and "hunter2" not in crash.message
     assert crash.hosts == ("gpu01",)
 
+
+
+def test_check_save_keeps_the_run_when_judging_the_history_fails(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.cli import saved  # noqa: PLC0415
+
+    def broken(*_: Any, **__: Any) -> None:
+        raise RuntimeError("a history rule bug")
+    monkeypatch.setattr(saved, "judge_history", broken)
+    with pytest.raises(SystemExit) as info:  # a crash is exit 3 (EXIT_CRASH), never a pass
+        main(["check", "--level", "facts", "--save", str(tmp_path / "runs")])
+    assert info.value.code == 3
+    assert len(RunStore(tmp_path / "runs").entries()) == 1  # was: nothing saved

@@ -20,7 +20,7 @@ from gpufleet.history import counters
 from gpufleet.history.analysis import Entry
 from gpufleet.model import Expectations, Finding, Report
 from gpufleet.report.common import document, summarize
-from gpufleet.rules import evaluate, sort_findings
+from gpufleet.rules import crashed, evaluate, isolated, sort_findings
 from gpufleet.rules.escalation import escalation_findings
 from gpufleet.rules.fabric_delta import RATE_RULES, WINDOW_RULES, delta_findings, store_deltas
 from gpufleet.rules.history import drift_findings
@@ -34,13 +34,21 @@ def summarized(report: Report) -> Report:
 
 
 def judge(report: Report) -> Report:
-    """`report` with the rules' findings, each host's expectations and its summary."""
+    """`report` with the rules' findings, each host's expectations and its summary; a host
+    whose data makes a rule (or its expectations) raise gets that rule's GF006, the others are
+    judged as ever (rules/__init__.py `isolated`)."""
     specs = report.specs
-    hosts = {name: dataclasses.replace(h, expectations=host_expectations(
-        h.facts, h.smoke, specs[name].expect.perf_floors if name in specs else None))
-        for name, h in report.hosts.items()}
+    hosts = dict(report.hosts)
+    odd: list[Finding] = []
+    for name, h in report.hosts.items():
+        try:
+            hosts[name] = dataclasses.replace(h, expectations=host_expectations(
+                h.facts, h.smoke, specs[name].expect.perf_floors if name in specs else None))
+        except Exception as exc:  # an odd value the host printed: that host's error
+            odd.append(crashed(f"{host_expectations.__module__}.host_expectations", name, exc))
     report = dataclasses.replace(report, hosts=hosts)
-    return summarized(dataclasses.replace(report, findings=evaluate(report)))
+    return summarized(dataclasses.replace(report, findings=sort_findings(
+        [*evaluate(report), *odd])))
 
 
 def amend(report: Report, extra: Iterable[Finding]) -> Report:
@@ -61,12 +69,28 @@ def judge_history(report: Report, entries: Sequence[Entry],
     the fabric counter deltas against the previous run (node-check --counters judges those
     over its own file instead)."""
     doc = document(report)
-    return amend(report, [
-        *drift_of(doc, entries),
-        *escalation_findings(doc, entries, load, report.specs),
-        *(store_deltas(doc, entries, load, {n: s.expect for n, s in report.specs.items()})
-          if deltas else []),
-    ])
+    expect = {n: s.expect for n, s in report.specs.items()}
+    rules: list[Callable[[Mapping[str, Any]], Iterable[Finding]]] = [
+        lambda d: drift_findings(d, entries), lambda d: lkg_findings(d, entries),
+        lambda d: escalation_findings(d, entries, load, report.specs)]
+    if deltas:
+        rules.append(lambda d: store_deltas(d, entries, load, expect))
+    names = ("rules.history.drift_findings", "rules.lkg.lkg_findings",
+             "rules.escalation.escalation_findings", "rules.fabric_delta.store_deltas")
+
+    def over(rule: Callable[[Mapping[str, Any]], Iterable[Finding]],
+             ) -> Callable[[Sequence[str] | None], Iterable[Finding]]:
+        return lambda hosts: rule(_only(doc, hosts))
+
+    return amend(report, [f for where, rule in zip(names, rules, strict=False)
+                          for f in isolated(f"gpufleet.{where}", report.hosts, over(rule))])
+
+
+def _only(doc: Mapping[str, Any], hosts: Sequence[str] | None) -> Mapping[str, Any]:
+    """The report document `doc` with only `hosts` (all with None)."""
+    if hosts is None:
+        return doc
+    return {**doc, "hosts": {n: h for n, h in (doc.get("hosts") or {}).items() if n in hosts}}
 
 
 def counter_findings(host: str, current: Mapping[str, Any],

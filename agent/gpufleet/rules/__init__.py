@@ -10,7 +10,7 @@ Rule ids (RULES) never change meaning; docs/rules.md documents each one.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from types import ModuleType
 
@@ -38,7 +38,8 @@ from gpufleet.rules import workspaces as workspace_rules
 from gpufleet.rules.base import Ctx, finding
 from gpufleet.rules.catalog import FAMILIES, RULES, RuleInfo
 
-__all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "evaluate", "sort_findings"]
+__all__ = ["FAMILIES", "MODULES", "RULES", "RuleInfo", "crashed", "evaluate", "isolated",
+           "sort_findings"]
 
 MODULES = (state, tmpdir, desired, drift, compat, security, hardware, faults, perf, smoke, links,
            nccl, deep, workspace_rules, wedged, fabric, fabric_gdr)
@@ -68,29 +69,37 @@ def _only(ctx: Ctx, names: Iterable[str]) -> Ctx:
     return dataclasses.replace(ctx, report=report)
 
 
-def _crashed(module: ModuleType, host: str, exc: Exception) -> Finding:
-    where = f"{module.__name__}.check"
+def crashed(where: str, host: str, exc: Exception) -> Finding:
+    """`host`'s GF006 for the rule function `where` that raised `exc` on its data."""
     why = text(f"{type(exc).__name__}: {exc}")[:300]
     return finding("GF006", (host,), f"rule {where} failed on this host's data: {why}",
                    {"rule_function": where, "exception": why, "subject": where})
 
 
-def _isolated(module: ModuleType, ctx: Ctx) -> list[Finding]:
-    """`module`'s findings; when it raises, each host it raises on alone gets a GF006 and the
-    module is judged again over the others (a fleet-wide crash is every host's GF006)."""
+def isolated(where: str, hosts: Iterable[str],
+             run: Callable[[Sequence[str] | None], Iterable[Finding]]) -> list[Finding]:
+    """`run(None)`'s findings (every host); when it raises, `run([host])` for each host finds
+    the hosts it raises on, each gets a GF006 naming `where`, and `run(others)` judges the
+    rest (a crash across hosts is every remaining host's GF006)."""
     try:
-        return list(module.check(ctx))
+        return list(run(None))
     except Exception:  # found per host below
         bad: dict[str, Exception] = {}
-    for name in sorted(ctx.report.hosts):
+    names = sorted(set(hosts))
+    for name in names:
         try:
-            list(module.check(_only(ctx, [name])))
+            list(run([name]))
         except Exception as exc:  # that host's finding
             bad[name] = exc
-    rest = sorted(set(ctx.report.hosts) - set(bad))
+    rest = [n for n in names if n not in bad]
     found: list[Finding] = []
     try:
-        found = list(module.check(_only(ctx, rest)))
+        found = list(run(rest)) if rest else []
     except Exception as exc:  # across hosts: each remaining host's
         bad.update(dict.fromkeys(rest, exc))
-    return found + [_crashed(module, name, exc) for name, exc in sorted(bad.items())]
+    return found + [crashed(where, name, exc) for name, exc in sorted(bad.items())]
+
+
+def _isolated(module: ModuleType, ctx: Ctx) -> list[Finding]:
+    return isolated(f"{module.__name__}.check", ctx.report.hosts,
+                    lambda names: module.check(ctx if names is None else _only(ctx, names)))
