@@ -19,7 +19,7 @@ from test_rules_builders import NOW, fleet, smoke
 from gpufleet.cli import main
 from gpufleet.history import RunStore
 from gpufleet.model import SmokeCheck
-from gpufleet.report.common import exit_code
+from gpufleet.report.common import document, exit_code
 from gpufleet.report.pipeline import judge
 from gpufleet.rules import evaluate
 
@@ -36,8 +36,10 @@ def _readiness(gain: Any) -> dict[str, Any]:
     {**HEALTHY_GAIN, "fp32_tflops": "fast"},  # a string where a number is expected
     {**HEALTHY_GAIN, "speedup": None},
     "8x",  # a string where an object is expected
+    {**HEALTHY_GAIN, "speedup": 10**400},  # too big for a float
 ])
-def test_an_odd_value_is_that_hosts_error_and_the_fleet_is_still_judged(gain: Any) -> None:
+def test_an_odd_value_is_that_hosts_error_and_the_fleet_is_still_judged(
+        gain: Any, tmp_path: Path) -> None:
     report = fleet({"gpu02": _readiness(gain), "gpu03": _readiness(HEALTHY_GAIN),
                     "gpu04": {"facts": {"driver": DRV_OTHER}}})
     found = evaluate(report, now=NOW)
@@ -46,12 +48,13 @@ def test_an_odd_value_is_that_hosts_error_and_the_fleet_is_still_judged(gain: An
     assert "gpufleet.rules.deep.check" in crash[0].message
     assert crash[0].evidence["rule_function"] == "gpufleet.rules.deep.check"
     assert crash[0].evidence["exception"].split(":")[0] in {"ValueError", "TypeError",
-                                                            "AttributeError"}
+                                                            "AttributeError", "OverflowError"}
     # the same rule still judges the other hosts, and the other rules every host
     assert ("GF534", ("gpu03",)) in [(f.rule, f.hosts) for f in found]
     assert ("GF101", ("gpu04",)) in [(f.rule, f.hosts) for f in found]
     judged = judge(dataclasses.replace(report, findings=()))
     assert exit_code(judged.findings, "error") == 1  # the findings code, not 3
+    assert RunStore(tmp_path).save(document(judged)).exists()  # what --save keeps
 
 
 def test_the_exception_text_is_shown_clean() -> None:
