@@ -19,7 +19,9 @@ from test_fabric_rules import doc, probe
 from test_node_check import _doc, node_check
 
 from gpufleet.history import counters
-from gpufleet.history.counters import CounterHistory, judge, kept, sample_of
+from gpufleet.history.counters import CounterHistory, kept, sample_of
+from gpufleet.report.pipeline import counter_findings as judge
+from gpufleet.report.pipeline import judge_counters
 from gpufleet.rules.fabric_delta import delta_findings
 from harness.sysfs_ib import merged, write_tree
 
@@ -143,7 +145,7 @@ def test_two_runs_at_once_take_turns(tmp_path: Path) -> None:
     report = {"hosts": {"n1": {"facts": sample(tmp_path, {}, NOW)}}}
     fd = os.open(tmp_path / "counters.json.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
-    worker = threading.Thread(target=counters.node_counters, args=(report, "n1", path, None))
+    worker = threading.Thread(target=judge_counters, args=(report, "n1", path, None))
     worker.start()
     worker.join(0.5)
     assert worker.is_alive() and not path.exists()  # waiting for the lock

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import inspect
+from pathlib import Path
 
 import pytest
 from test_report import sample
 
+import gpufleet
 from gpufleet.cli import build_parser
 from gpufleet.model import HOST_STATUSES, SEVERITIES, Finding, fmt_bytes
 from gpufleet.report import Format, renderer
@@ -71,3 +74,25 @@ def test_statuses_and_severities_are_the_models_literals() -> None:
                                          (1000, "1000 B"), (0, "0 B")])
 def test_fmt_bytes(n: int, text: str) -> None:
     assert fmt_bytes(n) == text
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    return out | {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+
+
+def test_the_run_store_only_stores_and_reads_and_the_cli_has_no_circle() -> None:
+    """Issue 36 item 1: judging the history is the pipeline's (`judge_history`,
+    `judge_counters`); `history/` imports no rule, `cli/engines` does not import `cli/saved`."""
+    pkg = Path(gpufleet.__file__).parent
+    for module in sorted((pkg / "history").glob("*.py")):
+        up = {m for m in _imports(module) if m.startswith(("gpufleet.rules", "gpufleet.cli"))}
+        assert not up, f"{module.name} judges or reaches up: {sorted(up)}"
+    assert "gpufleet.cli.saved" not in _imports(pkg / "cli" / "engines.py")
+    assert "judge_history" in _imports_names(pkg / "cli" / "saved.py")
+
+
+def _imports_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}

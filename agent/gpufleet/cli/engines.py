@@ -19,15 +19,14 @@ from gpufleet.engines.ansible import (
     report_from_results,
 )
 from gpufleet.engines.slurm.nodecheck import node_name, run_node_check, slurm_findings
-from gpufleet.history.counters import node_counters
 from gpufleet.history.store import RunStore, StoreError
 from gpufleet.inventory import ExpectError, load_expectations, node_spec
 from gpufleet.model import Report
 from gpufleet.redact import text
 from gpufleet.report import document, exit_code
-from gpufleet.report.pipeline import amend, summarized
+from gpufleet.report.pipeline import amend, judge_counters, judge_history, summarized
 from gpufleet.report.rma_bundle import BundleError, write_bundle
-from gpufleet.rules.escalation import Limits, escalate, limits_for
+from gpufleet.rules.escalation import Limits
 from gpufleet.smoke.levels import NO_SMOKE
 
 
@@ -106,11 +105,16 @@ def cmd_node_check(args: argparse.Namespace) -> int:
     # Escalation before the drain (it may be the worst finding): over the node-local store with
     # --history, else over this run's own log (a journal spanning boots, a burst).
     if args.history is not None:
-        from gpufleet.cli.saved import with_history  # noqa: PLC0415  (saved imports this module)
-
-        report, _ = with_history(report, args.history, deltas=args.counters is None)
+        store = RunStore(args.history)
+        try:
+            report = judge_history(report, store.entries(), store.load,
+                                   deltas=args.counters is None)
+        except StoreError as exc:
+            raise UsageError(f"run store: {exc}") from exc
+        finally:
+            noted(store)
     else:
-        report = amend(report, escalate(document(report), [], limits_for(spec.expect)))
+        report = judge_history(report, [], lambda _entry: {}, deltas=False)
     if args.counters is not None:
         report = _with_counters(report, name, args.counters)
     if args.slurm_drain:
@@ -137,10 +141,17 @@ def cmd_node_check(args: argparse.Namespace) -> int:
     return exit_code(report.findings, args.fail_on)
 
 
+def noted(store: RunStore) -> None:
+    """What the store left out (a forged or broken file), one line each on stderr."""
+    for note in store.notes:
+        print(f"gpufleet: run store: {text(note)}", file=sys.stderr)
+    store.notes.clear()
+
+
 def _with_counters(report: Report, name: str, path: Path) -> Report:
     """The report with the counter deltas judged over the node-local history at `path`."""
     try:
-        found, notes = node_counters(document(report), name, path, report.specs[name].expect)
+        found, notes = judge_counters(document(report), name, path, report.specs[name].expect)
     except OSError as exc:
         raise UsageError(f"cannot record the counters in {path}: {exc.strerror}") from exc
     for note in notes:

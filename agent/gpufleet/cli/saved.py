@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from gpufleet.cli import options
-from gpufleet.cli.engines import cmd_ansible_report
+from gpufleet.cli.engines import cmd_ansible_report, noted
 from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, UsageError
 from gpufleet.cli.output import Output, check_dir, read_report
 from gpufleet.history import RunStore, StoreError, history_section
@@ -22,11 +21,7 @@ from gpufleet.redact import clean, text
 from gpufleet.report import document
 from gpufleet.report.diff import diff_reports
 from gpufleet.report.history_text import render_history
-from gpufleet.report.pipeline import amend
-from gpufleet.rules.escalation import escalation_findings
-from gpufleet.rules.fabric_delta import store_deltas
-from gpufleet.rules.history import drift_findings
-from gpufleet.rules.lkg import lkg_findings
+from gpufleet.report.pipeline import drift_of, judge_history
 
 
 def add(sub: Any) -> None:
@@ -90,34 +85,20 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _noted(store: RunStore) -> None:
-    """What the store left out (a forged or broken file), one line each on stderr."""
-    for note in store.notes:
-        print(f"gpufleet: run store: {text(note)}", file=sys.stderr)
-    store.notes.clear()
-
-
 def with_history(report: Report, store_dir: Path, *,
                  deltas: bool = True) -> tuple[Report, dict[str, Any]]:
-    """The report with the drift findings (GF52x) and its "history" member from the store;
-    `deltas` False leaves the counter deltas to node-check's --counters."""
+    """The report judged with the store's history (report/pipeline.py `judge_history`) and its
+    "history" member; `deltas` False leaves the counter deltas to node-check's --counters."""
     store = RunStore(store_dir)
     try:
         entries = store.entries()
-        doc = document(report)
-        report = amend(report, [
-            *drift_findings(doc, entries),
-            *lkg_findings(doc, entries),
-            *escalation_findings(doc, entries, store.load, report.specs),
-            *(store_deltas(doc, entries, store.load,
-                           {n: s.expect for n, s in report.specs.items()}) if deltas else []),
-        ])
+        report = judge_history(report, entries, store.load, deltas=deltas)
         doc = document(report)
         doc["history"] = history_section(doc, entries, store.load)
     except StoreError as exc:
         raise UsageError(f"run store: {exc}") from exc
     finally:
-        _noted(store)
+        noted(store)
     return report, doc
 
 
@@ -139,7 +120,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         except StoreError as exc:
             raise UsageError(f"run store: {exc}") from exc
         finally:
-            _noted(store)
+            noted(store)
     check_dir(args.output)
     out = Output(args.output)
     try:
@@ -168,11 +149,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         names = names or sorted(latest["hosts"])
         section = history_section(latest, entries[:-1], store.load, hosts=names,
                                   saved=entries[-1])
-        drift = drift_findings(latest, entries[:-1]) + lkg_findings(latest, entries[:-1])
+        drift = drift_of(latest, entries[:-1])
     except StoreError as exc:
         raise UsageError(f"run store: {exc}") from exc
     finally:
-        _noted(store)
+        noted(store)
     section["latest"] = {"run": entries[-1]["file"], "generated_at": entries[-1]["generated_at"]}
     section["drift"] = [d for d in map(to_jsonable, drift) if set(d["hosts"]) & set(names)]
     # Every string here came from run files anyone with write access to the store wrote:

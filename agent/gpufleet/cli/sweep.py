@@ -139,13 +139,23 @@ def _saved(report: Report, store: Path | None) -> tuple[Report, dict[str, Any]]:
     30 min at --level full) that --save was meant to keep."""
     if store is None:
         return report, document(report)
-    report, doc = saved.with_history(report, store)
+    try:
+        report, doc = saved.with_history(report, store)
+    except UsageError:
+        raise
+    except Exception:  # a bug judging the history: what was collected is still saved
+        _save(document(report), store)
+        raise
+    return report, _save(doc, store)
+
+
+def _save(doc: dict[str, Any], store: Path) -> dict[str, Any]:
     try:
         path = RunStore(store).save(doc)
     except StoreError as exc:
         raise UsageError(f"cannot save the report: {exc}") from exc
     print(f"gpufleet: saved {path}", file=sys.stderr)
-    return report, doc
+    return doc
 
 
 def _cmd_smoke_slurm(args: argparse.Namespace) -> int:

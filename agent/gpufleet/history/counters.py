@@ -1,6 +1,7 @@
 """Node-local counter history: the RDMA and NVLink counters of one node's recent runs, kept in
 one small file on the node, so `node-check --counters FILE` judges counter deltas (the rules of
-rules/fabric_delta.py) without the run store or a central one.
+rules/fabric_delta.py, judged in report/pipeline.py: this module only stores and reads) without
+the run store or a central one.
 
 Slurm runs node-check every few minutes, and a pair of consecutive runs is the wrong window for
 most of these rules: five carrier flaps spread over a day never show between two runs five
@@ -33,8 +34,6 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.files import FileError, open_regular, read_json, write_atomic
-from gpufleet.model import Expectations, Finding
-from gpufleet.rules.fabric_delta import RATE_RULES, WINDOW_RULES, delta_findings
 
 SCHEMA = "gpufleet.counters/v1"
 WINDOW_S = 24 * 3600.0
@@ -45,7 +44,7 @@ MIN_SPACING_S = 60.0
 _LINK_KEYS = ("device", "port", "counters", "hw_counters", "netdev", "carrier_changes")
 
 
-def _when(sample: Mapping[str, Any]) -> datetime | None:
+def when(sample: Mapping[str, Any]) -> datetime | None:
     try:
         return datetime.fromisoformat(str(sample.get("collected_at")).replace("Z", "+00:00"))
     except ValueError:
@@ -63,7 +62,7 @@ def sample_of(host_doc: Mapping[str, Any]) -> dict[str, Any] | None:
             "nvlink_errors": list(facts.get("nvlink_errors") or ())}
 
 
-def _as_doc(host: str, sample: Mapping[str, Any]) -> dict[str, Any]:
+def as_doc(host: str, sample: Mapping[str, Any]) -> dict[str, Any]:
     """A sample as the report document shape delta_findings reads."""
     return {"hosts": {host: {"status": "ok", "facts": dict(sample)}}}
 
@@ -96,11 +95,11 @@ def was_reset(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
     return any(key in before and value < before[key] for key, value in _values(new).items())
 
 
-def _baseline(samples: Sequence[Mapping[str, Any]], now: datetime,
+def baseline(samples: Sequence[Mapping[str, Any]], now: datetime,
               age_s: float) -> Mapping[str, Any] | None:
     """For the window (age_s = WINDOW_S): the oldest sample not older than age_s. For the rates
     (age_s = RATE_S): the newest sample at least age_s old, else the oldest one."""
-    timed = [(t, s) for s in samples if (t := _when(s)) is not None and t < now]
+    timed = [(t, s) for s in samples if (t := when(s)) is not None and t < now]
     if not timed:
         return None
     if age_s >= WINDOW_S:
@@ -110,36 +109,20 @@ def _baseline(samples: Sequence[Mapping[str, Any]], now: datetime,
     return old_enough[-1] if old_enough else timed[0][1]
 
 
-def judge(host: str, current: Mapping[str, Any], samples: Sequence[Mapping[str, Any]],
-          expect: Expectations | None) -> list[Finding]:
-    """fabric_delta's findings for this run's `current` sample against the node's history."""
-    now = _when(current)
-    if now is None or (samples and was_reset(samples[-1], current)):
-        return []  # reset since the last run: the older counts say nothing about the new ones
-    limits = {host: expect} if expect else None
-    out: list[Finding] = []
-    for age, rules in ((WINDOW_S, WINDOW_RULES), (RATE_S, RATE_RULES)):
-        base = _baseline(samples, now, age)
-        if base is not None:
-            out += [f for f in delta_findings(_as_doc(host, current), _as_doc(host, base), limits)
-                    if f.rule in rules]
-    return out
-
-
 def kept(samples: Sequence[Mapping[str, Any]], current: Mapping[str, Any]) -> list[Any]:
     """The history after this run: restarted on a reset, pruned to RETAIN_S, spaced, capped;
     a sample of the same second as `current` (collected_at has whole seconds) gives way to it."""
-    now = _when(current)
+    now = when(current)
     if now is None:
         return list(samples)
     if samples and was_reset(samples[-1], current):
         samples = []
     out: list[Mapping[str, Any]] = []
     for s in samples:
-        t = _when(s)
+        t = when(s)
         if t is None or t >= now or (now - t).total_seconds() > RETAIN_S:
             continue
-        last = _when(out[-1]) if out else None
+        last = when(out[-1]) if out else None
         if last is None or (t - last).total_seconds() >= MIN_SPACING_S:
             out.append(s)
     return [*out, current][-MAX_SAMPLES:]
@@ -186,24 +169,8 @@ class CounterHistory:
                      in_place=False)
 
 
-def node_counters(doc: Mapping[str, Any], host: str, path: Path,
-                  expect: Expectations | None) -> tuple[list[Finding], list[str]]:
-    """Judge `host` of the report document `doc` against the file and record this run:
-    (findings, notes for stderr). Raises OSError when the file cannot be written."""
-    hdoc = (doc.get("hosts") or {}).get(host)
-    current = sample_of(hdoc) if isinstance(hdoc, Mapping) else None
-    if current is None:
-        return [], []  # no facts this run: nothing to judge, the history stays as it was
-    history = CounterHistory(path)
-    with _locked(path):  # a HealthCheckProgram and a prolog may run at once
-        samples = history.load(host)
-        findings = judge(host, current, samples, expect)
-        history.save(host, kept(samples, current))
-    return findings, history.notes
-
-
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     """An exclusive lock on FILE.lock (never a link or FIFO planted there). Raises OSError."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = open_regular(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT)

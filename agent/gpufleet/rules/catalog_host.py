@@ -31,7 +31,10 @@ HOST_RULES: tuple[RuleInfo, ...] = (
                      "lists the processes."),
     RuleInfo("GF006", "error", "host check failed",
              "read the error for {host}; rerun `gpufleet check -l {host} -f 1` and watch stderr",
-             meaning="Any other failure while checking the host; the error text says what."),
+             meaning="Any other failure while checking the host; the error text says what. "
+                     "Also a rule that raised on this host's data (an odd value the host "
+                     "printed): the message names the rule function and the exception (shown "
+                     "clean); the other hosts and rules are still judged."),
     RuleInfo("GF007", "warning", "reboot pending: a newer kernel is installed",
              "drain {host} in the scheduler, then reboot it: "
              "`ansible {host} -b -m ansible.builtin.reboot`; gpufleet check it again before "
