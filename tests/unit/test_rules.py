@@ -85,6 +85,7 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
     "GF001": (lambda: fleet({"gpu02": _down("unreachable")}), "gpu02"),
     "GF002": (lambda: fleet({"gpu02": _down("auth_failed")}), "gpu02"),
     "GF003": (lambda: fleet({"gpu02": _down("hostkey_mismatch")}), "gpu02"),
+    "GF008": (lambda: fleet({"gpu02": _down("hostkey_unknown")}), "gpu02"),
     "GF004": (lambda: fleet({"gpu02": _down("timeout")}), "gpu02"),
     "GF005": (lambda: fleet({"gpu02": {"status": "busy", "smoke": None}}), "gpu02"),
     "GF006": (lambda: fleet({"gpu02": _down("error")}), "gpu02"),
