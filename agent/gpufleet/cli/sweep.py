@@ -14,7 +14,13 @@ from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UsageError
 from gpufleet.cli.output import Output, check_dir, check_store
 from gpufleet.engines.slurm.smoke import AllocationError, run_slurm_smoke
 from gpufleet.history import RunStore, StoreError
-from gpufleet.inventory import ExpectError, InventoryError, load_expectations, load_inventory
+from gpufleet.inventory import (
+    ExpectError,
+    InventoryError,
+    default_sources,
+    load_expectations,
+    load_inventory,
+)
 from gpufleet.localize import render as localize_render
 from gpufleet.localize.rails import check_names
 from gpufleet.localize.worlds import run_localize
@@ -76,6 +82,7 @@ def add_localize(sub: Any) -> None:
 def _specs(args: argparse.Namespace) -> list[HostSpec]:
     check_dir(args.output)  # found out before a long sweep, not after it
     check_store(getattr(args, "save", None))
+    args.inventory = args.inventory or default_sources()  # as ansible-playbook finds it
     try:
         return load_inventory(args.inventory, args.limit)
     except InventoryError as exc:
@@ -180,6 +187,7 @@ def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
 
 
 def cmd_localize(args: argparse.Namespace) -> int:
+    args.inventory = args.inventory or default_sources()
     if not args.inventory:
         raise UsageError("localize needs an inventory (-i): worlds span several hosts")
     rails = [r for r in (args.rails or "").split(",") if r]
