@@ -66,3 +66,16 @@ def test_a_play_host_missing_from_the_report_fails_the_play(tmp_path: Path) -> N
     assert res.rc != 0, res.tail()
     assert "gpufleet check exited 0 (no findings)" in res.flat, res.tail()
     assert "missing from the report (never checked): new02." in res.flat, res.tail()
+
+
+def test_two_inventory_options_check_the_hosts_of_both(tmp_path: Path) -> None:
+    inv = _two_file_inventory(tmp_path)
+    cli = Path(sys.executable).parent / "gpufleet"
+    res = run_playbook(VERIFY, inv / "a.ini", tmp_path, "verify-two-i", "-i", str(inv / "b.ini"),
+                       extra_vars={"gpufleet_cli": str(cli),
+                                   "gpufleet_check_args": ["--level", "facts",
+                                                           "--connect-timeout", "2"]},
+                       cwd=REPO)
+    assert res.rc != 0, res.tail()
+    assert "failing hosts: new01, new02;" in res.flat, res.tail()
+    assert "missing from the report (never checked): none." in res.flat, res.tail()
