@@ -422,3 +422,16 @@ def test_gf011_names_the_path_and_free_space_and_a_roomy_tmp_is_silent() -> None
     roomy = TempDir(path="/tmp", free_bytes=1 << 30, writable=True)
     assert not [f for f in evaluate(fleet({"gpu02": {"facts": {"tmpdir": roomy}}}), now=NOW)
                 if f.rule == "GF011"]
+
+
+def test_an_unknown_host_key_is_not_told_to_remove_a_key() -> None:
+    """Issue 37.3: GF008 (nothing listed) verifies and records; GF003 (changed) removes the old."""
+    unknown = [f for f in evaluate(fleet({"gpu02": _down("hostkey_unknown")}), now=NOW)
+               if f.rule in ("GF003", "GF008")]
+    changed = [f for f in evaluate(fleet({"gpu02": _down("hostkey_mismatch")}), now=NOW)
+               if f.rule in ("GF003", "GF008")]
+    assert [f.rule for f in unknown] == ["GF008"] and [f.rule for f in changed] == ["GF003"]
+    assert "--accept-new-host-keys" in unknown[0].remediation
+    assert "ssh-keyscan" in unknown[0].remediation
+    assert "ssh-keygen -R" not in unknown[0].remediation
+    assert "ssh-keygen -R" in changed[0].remediation
