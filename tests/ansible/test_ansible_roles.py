@@ -302,11 +302,14 @@ def test_no_reboot_into_a_default_kernel_without_the_module(
 
 
 def _fake_cli(path: Path, argv_log: Path, exit_code: int) -> None:
-    """Stand-in for the gpufleet CLI: records its argv, prints a report line, exits as told."""
+    """Stand-in for the gpufleet CLI: records its argv, prints a JSON report of deb12 (the
+    report-v1 shape of agent/gpufleet/schema/report-v1.json, reduced to what verify.yml reads),
+    exits as told."""
     path.write_text(
         "#!/bin/sh\n"
         f"printf '%s\\n' \"$@\" > {argv_log}\n"
-        "echo 'gpufleet stand-in report'\n"
+        "echo '{\"schema\": \"gpufleet.report/v1\", \"hosts\": {\"deb12\": {\"status\": \"ok\"}}, "
+        "\"findings\": []}'\n"
         f"exit {exit_code}\n"
     )
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
@@ -328,6 +331,8 @@ def test_verify_playbook_runs_gpufleet_check_for_the_play_hosts(
         str(role_lab.inventory),
         "-l",
         "deb12",
+        "--format",
+        "json",
     ]
     assert (res.rc == 0) is play_ok, res.tail()
     if not play_ok:

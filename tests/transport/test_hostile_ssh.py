@@ -67,7 +67,7 @@ def test_1_negated_pattern_excludes_the_host(lab: Lab, tmp_path: Path) -> None:
     # The other key is pinned for every 127.0.0.* host but this one: this one is unknown.
     known.write_text(f"[127.0.0.*]:{PORT},![{lab.target.address}]:{PORT} {_key_fields(other)}\n")
     err = failure(spec(lab))
-    assert err.status == "hostkey_mismatch" and "not known" in err.message
+    assert err.status == "hostkey_unknown" and "not yet known" in err.message
 
 
 def test_1_port_must_match_the_bracketed_form(lab: Lab, tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_1_port_must_match_the_bracketed_form(lab: Lab, tmp_path: Path) -> None:
     # A bare-name entry is for port 22: on port 2222 the host is unknown, not changed.
     known.write_text(f"{lab.target.address} {_key_fields(other)}\n")
     err = failure(spec(lab))
-    assert err.status == "hostkey_mismatch" and "not known" in err.message
+    assert err.status == "hostkey_unknown" and "not yet known" in err.message
 
 
 # --------------------------------------------------------------------------- 4: first -o wins
@@ -89,7 +89,7 @@ def test_4_yes_then_no_stays_strict_end_to_end(lab: Lab, tmp_path: Path) -> None
         f"ansible_ssh_private_key_file={lab.client_key} ansible_ssh_common_args="
         "'-o StrictHostKeyChecking=yes -o StrictHostKeyChecking=no'\n")
     err = failure(load_inventory([str(inv)])[0])
-    assert err.status == "hostkey_mismatch" and "not known" in err.message
+    assert err.status == "hostkey_unknown" and "not yet known" in err.message
     assert not (lab.home / ".ssh" / "known_hosts").exists()
 
 
@@ -107,8 +107,8 @@ def test_2_jump_host_is_checked_strictly_when_the_destination_is_relaxed(
     s = spec(lab, proxy_jump="bastion", strict_host_key_checking=False,
              known_hosts_files=("/dev/null",))
     err = failure(s)
-    assert err.status == "hostkey_mismatch"
-    assert "jump host" in err.message and "not known" in err.message
+    assert err.status == "hostkey_unknown"
+    assert "jump host" in err.message and "not yet known" in err.message
     assert not (lab.home / ".ssh" / "known_hosts").exists()  # nothing recorded for the bastion
     assert "127.0.0.201" in err.message
     # Once the bastion is known, the relaxed destination behind it connects.

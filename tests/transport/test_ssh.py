@@ -57,17 +57,29 @@ def test_runs_a_command_and_returns_streams_and_status(lab: Lab) -> None:
 
 def test_unknown_host_key_is_refused_with_its_fingerprint(lab: Lab) -> None:
     err = failure(spec(lab))
-    assert err.status == "hostkey_mismatch"
-    assert "not known" in err.message
+    # Its own status (issue 37.3): nothing is listed, so there is nothing to ssh-keygen -R.
+    assert err.status == "hostkey_unknown"
+    assert "not yet known" in err.message and "--accept-new-host-keys" in err.message
+    assert "ssh-keygen -R" not in err.message
     assert fingerprint(lab.target.host_key.with_suffix(".pub")) in err.message
     assert not (lab.home / ".ssh" / "known_hosts").exists()
 
 
-def test_accept_new_records_the_key_and_it_is_then_trusted(lab: Lab) -> None:
+def test_accept_new_records_the_key_and_it_is_then_trusted(
+        lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
     connect(spec(lab), accept_new_host_keys=True).close()
-    recorded = (lab.home / ".ssh" / "known_hosts").read_text()
+    known = lab.home / ".ssh" / "known_hosts"
+    recorded = known.read_text()
     assert recorded.split()[:2] == lab.target.host_key_line.split()[:2]
+    # One stderr line per key recorded, worded as OpenSSH's (known_hosts.recorded_line cites it),
+    # with the fingerprint and the file.
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "Permanently added" in ln]
+    assert lines == [
+        f"gpufleet: Warning: Permanently added '[{lab.target.address}]:{PORT}' (ED25519 "
+        f"{fingerprint(lab.target.host_key.with_suffix('.pub'))}) to the list of known hosts "
+        f"({known})."]
     connect(spec(lab)).close()  # now known: no flag needed
+    assert "Permanently added" not in capsys.readouterr().err
 
 
 def test_changed_host_key_is_refused_even_with_accept_new(lab: Lab, tmp_path: Path) -> None:

@@ -86,6 +86,7 @@ CASES: dict[str, tuple[Callable[[], Report], str]] = {
     "GF001": (lambda: fleet({"gpu02": _down("unreachable")}), "gpu02"),
     "GF002": (lambda: fleet({"gpu02": _down("auth_failed")}), "gpu02"),
     "GF003": (lambda: fleet({"gpu02": _down("hostkey_mismatch")}), "gpu02"),
+    "GF008": (lambda: fleet({"gpu02": _down("hostkey_unknown")}), "gpu02"),
     "GF004": (lambda: fleet({"gpu02": _down("timeout")}), "gpu02"),
     "GF005": (lambda: fleet({"gpu02": {"status": "busy", "smoke": None}}), "gpu02"),
     "GF006": (lambda: fleet({"gpu02": _down("error")}), "gpu02"),
@@ -424,3 +425,16 @@ def test_gf011_names_the_path_and_free_space_and_a_roomy_tmp_is_silent() -> None
     roomy = TempDir(path="/tmp", free_bytes=1 << 30, writable=True)
     assert not [f for f in evaluate(fleet({"gpu02": {"facts": {"tmpdir": roomy}}}), now=NOW)
                 if f.rule == "GF011"]
+
+
+def test_an_unknown_host_key_is_not_told_to_remove_a_key() -> None:
+    """Issue 37.3: GF008 (nothing listed) verifies and records; GF003 (changed) removes the old."""
+    unknown = [f for f in evaluate(fleet({"gpu02": _down("hostkey_unknown")}), now=NOW)
+               if f.rule in ("GF003", "GF008")]
+    changed = [f for f in evaluate(fleet({"gpu02": _down("hostkey_mismatch")}), now=NOW)
+               if f.rule in ("GF003", "GF008")]
+    assert [f.rule for f in unknown] == ["GF008"] and [f.rule for f in changed] == ["GF003"]
+    assert "--accept-new-host-keys" in unknown[0].remediation
+    assert "ssh-keyscan" in unknown[0].remediation
+    assert "ssh-keygen -R" not in unknown[0].remediation
+    assert "ssh-keygen -R" in changed[0].remediation

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpufleet.cli import options
 from gpufleet.cli.options import EXIT_INTERRUPTED, EXIT_OK, UsageError
-from gpufleet.cli.output import Output, check_dir
+from gpufleet.cli.output import Output, check_dir, check_store
 from gpufleet.engines.ansible import (
     AnsibleResultsError,
     expectations,
@@ -90,6 +90,7 @@ def add_ansible_report(sub: Any) -> None:
 
 def cmd_node_check(args: argparse.Namespace) -> int:
     check_dir(args.output)
+    check_store(args.history, "--history")
     keep = args.history_keep_days
     if keep is not None and (args.history is None or keep < Limits().reboot_days):
         raise UsageError(f"--history-keep-days needs --history and at least "

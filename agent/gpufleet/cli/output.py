@@ -1,11 +1,13 @@
 """Where a report goes (stdout or a file written atomically) and how a saved one is read back.
 
 The one place for "is stdout a terminal", the terminal width, "the output's directory must
-exist" and reading a JSON report: every command goes through `Output` and `read_report`.
+exist" (and the run store's, `check_store`) and reading a JSON report: every command goes
+through `Output` and `read_report`.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Mapping
@@ -22,6 +24,31 @@ def check_dir(output: Path | None) -> None:
     """Refuse an output file whose directory does not exist, before any work is done."""
     if output is not None and not output.parent.is_dir():
         raise UsageError(f"cannot write {output}: {output.parent} is not a directory")
+
+
+def check_store(store: Path | None, option: str = "--save") -> None:
+    """Refuse a run store that cannot be created or written, before any work is done: a
+    sweep at --level full runs up to 30 minutes, and --save is found bad only at its end."""
+    if store is None:
+        return
+    if store.exists() and not store.is_dir():
+        raise UsageError(f"{option} {store}: cannot use it as a run store: {store} is not a "
+                         "directory")
+    if store.is_dir():
+        if not os.access(store, os.W_OK | os.X_OK):
+            raise UsageError(f"{option} {store}: cannot use it as a run store: {store} is not "
+                             "writable")
+        return
+    # Created on save (mkdir -p): the nearest existing ancestor must be a writable directory.
+    parent = store.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {store}: cannot create the run store: {parent} is not a "
+                         "directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {store}: cannot create the run store: {parent} is not "
+                         "writable")
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.cli import options, saved
-from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, UsageError
-from gpufleet.cli.output import Output, check_dir
+from gpufleet.cli.options import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, UsageError
+from gpufleet.cli.output import Output, check_dir, check_store
 from gpufleet.engines.slurm.smoke import AllocationError, run_slurm_smoke
 from gpufleet.history import RunStore, StoreError
-from gpufleet.inventory import ExpectError, InventoryError, load_expectations, load_inventory
+from gpufleet.inventory import (
+    ExpectError,
+    InventoryError,
+    default_sources,
+    load_expectations,
+    load_inventory,
+)
 from gpufleet.localize import render as localize_render
 from gpufleet.localize.rails import check_names
 from gpufleet.localize.worlds import run_localize
@@ -75,6 +81,8 @@ def add_localize(sub: Any) -> None:
 
 def _specs(args: argparse.Namespace) -> list[HostSpec]:
     check_dir(args.output)  # found out before a long sweep, not after it
+    check_store(getattr(args, "save", None))
+    args.inventory = args.inventory or default_sources()  # as ansible-playbook finds it
     try:
         return load_inventory(args.inventory, args.limit)
     except InventoryError as exc:
@@ -127,18 +135,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     )
     report = judge(Report(hosts=results, specs={s.name: s for s in specs},
                           generated_at=options.now(), level=args.level))
-    report, doc = _saved(report, args.save)
+    report, doc, unsaved = _saved(report, args.save)
     Output(args.output).render(doc, args.format)
     _note_no_gpu(results)
-    return exit_code(report.findings, args.fail_on)
+    return _unsaved_exit(unsaved) or exit_code(report.findings, args.fail_on)
 
 
-def _saved(report: Report, store: Path | None) -> tuple[Report, dict[str, Any]]:
-    """The report (with its history findings when saved) and its document, saved into
-    `store` first: a renderer that fails on some host's data must not throw away a run (up to
-    30 min at --level full) that --save was meant to keep."""
+def _saved(report: Report, store: Path | None) -> tuple[Report, dict[str, Any], str | None]:
+    """The report (with its history findings when saved), its document and why it could not
+    be saved (None when saved or not asked), saved into `store` first: a renderer that fails on
+    some host's data must not throw away a run (up to 30 min at --level full) that --save was
+    meant to keep, and a store that fails must not throw away the report either."""
     if store is None:
-        return report, document(report)
+        return report, document(report), None
     try:
         report, doc = saved.with_history(report, store)
     except UsageError:
@@ -146,21 +155,32 @@ def _saved(report: Report, store: Path | None) -> tuple[Report, dict[str, Any]]:
     except Exception:  # a bug judging the history: what was collected is still saved
         _save(document(report), store)
         raise
-    return report, _save(doc, store)
+    return report, doc, _save(doc, store)
 
 
-def _save(doc: dict[str, Any], store: Path) -> dict[str, Any]:
+def _save(doc: dict[str, Any], store: Path) -> str | None:
+    """Save `doc` into `store`: None, or why it could not be saved."""
     try:
         path = RunStore(store).save(doc)
     except StoreError as exc:
-        raise UsageError(f"cannot save the report: {exc}") from exc
+        return f"cannot save the report: {exc}"
     print(f"gpufleet: saved {path}", file=sys.stderr)
-    return doc
+    return None
+
+
+def _unsaved_exit(unsaved: str | None) -> int:
+    """After the report is rendered: a save that failed is exit 2, said last on stderr."""
+    if unsaved is None:
+        return 0
+    print(f"gpufleet: {unsaved}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
     if args.inventory:
         raise UsageError("--slurm takes its nodes from the allocation, not from -i")
+    check_dir(args.output)
+    check_store(args.save)
     try:
         results, specs = run_slurm_smoke(
             load_expectations(args.expect), level=args.level,
@@ -172,12 +192,13 @@ def _cmd_smoke_slurm(args: argparse.Namespace) -> int:
                           level=args.level))
     # --save: each node's run store entry records the world it passed in (coverage's
     # multinode depth; deepcheck's multinode jobs save so).
-    report, doc = _saved(report, args.save)
+    report, doc, unsaved = _saved(report, args.save)
     Output(args.output).render(doc, args.format)
-    return exit_code(report.findings, args.fail_on)
+    return _unsaved_exit(unsaved) or exit_code(report.findings, args.fail_on)
 
 
 def cmd_localize(args: argparse.Namespace) -> int:
+    args.inventory = args.inventory or default_sources()
     if not args.inventory:
         raise UsageError("localize needs an inventory (-i): worlds span several hosts")
     rails = [r for r in (args.rails or "").split(",") if r]

@@ -36,11 +36,30 @@ class ExpectError(Exception):
     """The expectations file (node-local mode, `--expect`) cannot be used; the message says why."""
 
 
+def default_sources() -> list[str]:
+    """The inventory ansible-playbook uses without -i: ANSIBLE_INVENTORY, else ansible.cfg's
+    `inventory` (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg), read
+    by ansible-core's own ConfigManager (DEFAULT_HOST_LIST). [] when neither sets it: Ansible's
+    built-in /etc/ansible/hosts is not used, so no inventory still means this machine."""
+    from ansible.config.manager import ConfigManager  # noqa: PLC0415
+
+    # A fresh manager, not ansible.constants: it reads the environment and the working directory
+    # of this call, not of the first import.
+    value, origin = ConfigManager().get_config_value_and_origin("DEFAULT_HOST_LIST")
+    if origin == "default" or not value:
+        return []
+    return [str(v) for v in value]
+
+
 def load_inventory(sources: Sequence[str] | None, limit: str | None = None) -> list[HostSpec]:
-    """Hosts of `sources` (after `limit`) in inventory order; None sources = this machine."""
+    """Hosts of `sources` (after `limit`) in inventory order; no sources = `default_sources()`,
+    and when Ansible has none either, this machine."""
+    if not sources:
+        sources = default_sources()
     if not sources:
         if limit and limit not in ("localhost", "all", "*"):
-            raise InventoryError(f"--limit {limit!r} needs an inventory (-i)")
+            raise InventoryError(f"--limit {limit!r} needs an inventory (-i, ANSIBLE_INVENTORY or "
+                                 "ansible.cfg's inventory)")
         return [LOCALHOST]
 
     # Heavy imports here so that `gpufleet facts` without -i never pays for ansible.

@@ -51,7 +51,8 @@ print(json.dumps(out))
 
 @dataclass(frozen=True)
 class Excluded:
-    status: str  # unreachable, auth_failed, hostkey_mismatch, timeout, error, busy, version
+    # unreachable, auth_failed, hostkey_mismatch, hostkey_unknown, timeout, error, busy, version
+    status: str
     reason: str
 
 

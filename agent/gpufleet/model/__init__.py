@@ -27,7 +27,8 @@ REPORT_SCHEMA = "gpufleet.report/v1"
 FACTS_SCHEMA = "gpufleet.facts/v1"
 
 HostStatus = Literal[
-    "ok", "unreachable", "auth_failed", "hostkey_mismatch", "timeout", "busy", "error"
+    "ok", "unreachable", "auth_failed", "hostkey_mismatch", "hostkey_unknown", "timeout", "busy",
+    "error"
 ]
 Severity = Literal["error", "warning", "info"]
 # The tuples are the Literals' own members, worst first: summaries, renderers and --fail-on's

@@ -18,7 +18,15 @@ HOST_RULES: tuple[RuleInfo, ...] = (
     RuleInfo("GF003", "error", "SSH host key mismatch",
              "verify the new host key of {host} out of band, then `ssh-keygen -R {address}` and "
              "reconnect; never turn host key checking off",
-             meaning="The host key differs from known_hosts (strict checking is the default)."),
+             meaning="The host key differs from the one known_hosts lists, or is @revoked "
+                     "(strict checking is the default)."),
+    RuleInfo("GF008", "error", "SSH host key not yet known",
+             "verify the fingerprint of {host}'s host key out of band (`ssh-keygen -lf "
+             "/etc/ssh/ssh_host_ed25519_key.pub` on its console), then rerun with "
+             "`--accept-new-host-keys` or add it with `ssh-keyscan {address} >> "
+             "~/.ssh/known_hosts` (`-p PORT` off port 22); never turn host key checking off",
+             meaning="known_hosts lists no key for the host (a new server); nothing is there "
+                     "to remove."),
     RuleInfo("GF004", "error", "host timed out",
              "a command hung on {host}: run `timeout 10 nvidia-smi` there and look for XIDs in "
              "`dmesg`; raise the timeout only if the host is merely slow",

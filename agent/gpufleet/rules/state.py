@@ -9,12 +9,13 @@ from gpufleet.rules.base import Ctx, finding
 from gpufleet.rules.catalog import FACT_HINT_DEFAULT, FACT_HINTS
 
 # The ids this module emits (tests/unit/test_rules_plumbing.py holds it to that).
-RULES: tuple[str, ...] = ("GF001", "GF002", "GF003", "GF004", "GF005", "GF006", "GF010")
+RULES: tuple[str, ...] = ("GF001", "GF002", "GF003", "GF008", "GF004", "GF005", "GF006", "GF010")
 
 _BY_STATUS = {
     "unreachable": ("GF001", "unreachable"),
     "auth_failed": ("GF002", "SSH authentication failed"),
     "hostkey_mismatch": ("GF003", "SSH host key does not match known_hosts"),
+    "hostkey_unknown": ("GF008", "SSH host key not yet known"),
     "timeout": ("GF004", "timed out"),
     "error": ("GF006", "check failed"),
 }

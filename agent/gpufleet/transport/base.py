@@ -12,7 +12,7 @@ class TransportError(Exception):
     """A host-level failure, already translated into a sentence a human can act on.
 
     `status` is the HostResult status it maps to (unreachable, auth_failed, hostkey_mismatch,
-    timeout, error).
+    hostkey_unknown, timeout, error).
     """
 
     def __init__(self, status: HostStatus, message: str) -> None:

@@ -230,9 +230,10 @@ def check(key: paramiko.PKey, found: KnownKeys, *, name: str, where: str, files:
         raise changed(known)
     if not may_record:
         raise TransportError(
-            "hostkey_mismatch",
-            f"host key for {where} is not known: {fingerprint(key)}. Verify it, then add it to "
-            f"{record_to} (ssh-keyscan) or rerun with --accept-new-host-keys.",
+            "hostkey_unknown",
+            f"host key for {where} is not yet known: {fingerprint(key)}. Verify the fingerprint, "
+            f"then rerun with --accept-new-host-keys or add it to "
+            f"{record_to} with ssh-keyscan.",
         )
     if record_to == "/dev/null":
         return
@@ -249,3 +250,14 @@ def check(key: paramiko.PKey, found: KnownKeys, *, name: str, where: str, files:
             f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
         # Keep the parsed file current instead of re-reading it for every new host.
         _cache[record_to] = (os.stat(record_to).st_mtime, [*before, Entry.make(name, key)])
+    print(recorded_line(name, key, record_to), file=sys.stderr)
+
+
+def recorded_line(name: str, key: paramiko.PKey, path: str) -> str:
+    """OpenSSH's line for a key it records, plus the fingerprint and the file.
+
+    OpenSSH 9.2p1 sshconnect.c: "Warning: Permanently added '%.200s' (%s) to the list of known
+    hosts." (read from the strings of Debian's /usr/bin/ssh, 1:9.2p1-2+deb12u10: a capture).
+    """
+    return (f"gpufleet: Warning: Permanently added '{name}' ({fingerprint(key)}) to the list "
+            f"of known hosts ({path}).")
