@@ -56,7 +56,8 @@ class Settings:
 
 def budget(fleet: int, s: Settings) -> int:
     """Full checks per run for `fleet` nodes to be covered once per goal (at least one)."""
-    return max(1, math.ceil(fleet * s.every.total_seconds() / s.goal.total_seconds()))
+    # timedelta // timedelta is exact (integer microseconds): no float rounding up or down.
+    return max(1, -(-(fleet * s.every) // s.goal))
 
 
 def multinode_budget(fleet: int, s: Settings) -> int:
