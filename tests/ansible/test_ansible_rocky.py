@@ -304,7 +304,10 @@ def test_reinstall_rung_restores_the_driver_and_fabric_manager(
     """Issue 26 on dnf: remediate_reinstall.yml reinstalls exactly the packages the role owns,
     the fabric manager among them, at 580.A (each one's INSTALLTIME moves, no other package's);
     nvidia-smi is back, rpm -V is clean (the play's own check names every one), the versionlock
-    entries are unchanged."""
+    entries are unchanged. Issue 39 N1: the DKMS package's scriptlets are NVIDIA's (%preun runs
+    `dkms remove --all`, after the new copy's %post on a reinstall); DKMS still has the module
+    installed for the running kernel, and a reboot of the target (a new boot with a GPU on its
+    bus) loads the driver's module at 580.A. With a plain `dnf reinstall` the new boot has none."""
     res = _reinstall(rocky_lab, "reinstall")
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     assert damaged.path.exists(), res.tail()
@@ -321,6 +324,19 @@ def test_reinstall_rung_restores_the_driver_and_fabric_manager(
     assert have.get("nvidia-fabricmanager") == f"{A}-1.el9"
     assert rocky_lab.target.chroot("rpm", "-V", *OWNED).stdout == ""  # raises on a non-zero exit
     assert rt.locks(rocky_lab.target) == damaged.locks
+    # Issue 39 N1: the reinstall ran the old kmod package's %preun (dkms remove --all) after the
+    # new one's %post; the rung builds the module again, checks it, and the next boot loads it.
+    assert rpmgraph.sourced(GRAPH, "kmod-nvidia-open-dkms", "scripts")
+    kernel = os.uname().release
+    assert f"DKMS module nvidia-open/{A} installed for {kernel} (modinfo -k)" in res.flat, res.tail()
+    status = rocky_lab.target.chroot("dkms", "status").stdout
+    assert status == f"nvidia-open/{A}, {kernel}, x86_64: installed\n", status
+    try:
+        rt.boot(rocky_lab.target, rocky_lab.logdir / "sshd-boot-gpu.log", gpu=True)
+        loaded = rt.loaded_driver(rocky_lab.target)
+    finally:
+        rt.boot(rocky_lab.target, rocky_lab.logdir / "sshd-boot-again.log")
+    assert f"Kernel Module for x86_64  {A}  " in loaded, f"the next boot loaded: {loaded!r}"
 
 
 def _upgrade(rocky_lab: RockyLab, name: str, **extra: object) -> PlayResult:
