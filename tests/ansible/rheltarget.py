@@ -71,12 +71,15 @@ def prepare(workdir: Path, addr: str, repos: rpmgraph.RpmRepos, key: Path) -> tg
     tg.run(["chroot", str(root), "rpm", "--initdb"])
     tg.run(["cp", str(key), str(root / "tmp/key.asc")])
     tg.run(["chroot", str(root), "rpm", "--import", "/tmp/key.asc"])
-    release = next(r for r in repos.rpms if r.name == "rocky-release")
-    pkg = f"{release.name}-{release.version}-{release.release}.{release.arch}.rpm"
-    local = root / "tmp" / pkg
-    tg.run(["cp", str(workdir / "mirror" / repos.dirs["baseos"] / "Packages" / pkg),
-            str(local)])
-    tg.run(["chroot", str(root), "rpm", "-i", "--nodeps", f"/tmp/{pkg}"])
+    # What every Rocky host has installed: its release package, and bash (/bin/sh, which the
+    # DKMS package's scriptlets require).
+    for name in ("rocky-release", "bash"):
+        release = next(r for r in repos.rpms if r.name == name)
+        pkg = f"{release.name}-{release.version}-{release.release}.{release.arch}.rpm"
+        local = root / "tmp" / pkg
+        tg.run(["cp", str(workdir / "mirror" / repos.dirs["baseos"] / "Packages" / pkg),
+                str(local)])
+        tg.run(["chroot", str(root), "rpm", "-i", "--nodeps", f"/tmp/{pkg}"])
     return tg.ssh_access(tg.Target(root=root, workdir=workdir, addr=addr))
 
 

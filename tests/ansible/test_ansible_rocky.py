@@ -328,7 +328,8 @@ def test_reinstall_rung_restores_the_driver_and_fabric_manager(
     # new one's %post; the rung builds the module again, checks it, and the next boot loads it.
     assert rpmgraph.sourced(GRAPH, "kmod-nvidia-open-dkms", "scripts")
     kernel = os.uname().release
-    assert f"DKMS module nvidia-open/{A} installed for {kernel} (modinfo -k)" in res.flat, res.tail()
+    built = f"DKMS module nvidia-open/{A} installed for {kernel} (modinfo -k)"
+    assert built in res.flat, res.tail()
     status = rocky_lab.target.chroot("dkms", "status").stdout
     assert status == f"nvidia-open/{A}, {kernel}, x86_64: installed\n", status
     try:
