@@ -170,6 +170,26 @@ def test_the_toolkit_role_alone_restarts_a_dockerd_that_started_without_the_hook
     assert show(sd, "docker", "MainPID") not in ("", "0", pid), "dockerd was not restarted"
 
 
+def test_a_replaced_hook_does_not_restart_a_dockerd_that_started_with_it(
+    sd: SystemdTarget, toolkit: PlayResult
+) -> None:
+    """Issue 39 N4: after the role restarted dockerd (the test above), the hook is replaced as a
+    package update replaces it (a new inode renamed over the old one, so a new ctime, as dpkg's
+    unpack does): the toolkit role leaves the same dockerd (MainPID) alone (with live-restore
+    off its restart would stop every container); moby needs the hook only to exist when dockerd
+    starts. (It restarted dockerd on every toolkit update: the hook's ctime was newer than
+    dockerd's start.) Runs after the test above, in file order, as every test of this file."""
+    assert toolkit.rc == 0, "toolkit converge failed"
+    hook = "/usr/bin/nvidia-container-runtime-hook"
+    pid = show(sd, "docker", "MainPID")
+    sd.ssh(f"cp -p {hook} {hook}.new && mv {hook}.new {hook}")
+    res = sd.play(play_path("toolkit_alone.yml"), "toolkit-updated", extra_vars=toolkit_vars(sd))
+    assert "RUNNING HANDLER [gpufleet.gpu.container_runtime : Restart docker" not in res.output, (
+        res.tail())
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert show(sd, "docker", "MainPID") == pid, "dockerd was restarted for a replaced hook"
+
+
 @pytest.fixture(scope="module")
 def upgraded(sd: SystemdTarget, toolkit: PlayResult) -> str:
     """The new driver's packages land (DKMS rewrites modules.dep) while OLD stays loaded: the path
