@@ -433,12 +433,14 @@ def probe_driver_version(t: Target) -> str:
     raise RuntimeError(f"no nvidia-smi candidate in Debian non-free:\n{policy}")
 
 
-def start_gpu_process(t: Target) -> subprocess.Popen[bytes]:
+def start_gpu_process(t: Target, comm: str = "sleep") -> subprocess.Popen[bytes]:
     """A process inside the target holding a stand-in /dev/nvidia0 open, as a CUDA job holds the
-    real one (the target's /dev is private to its sshd's mount namespace)."""
+    real one (the target's /dev is private to its sshd's mount namespace). comm: its process
+    name (/proc/PID/comm), e.g. a device daemon's; sleep copied to that name."""
     assert t.sshd is not None
     r = str(t.root)
-    inner = "exec sleep 600 3</dev/nvidia0"
+    inner = ("exec sleep 600 3</dev/nvidia0" if comm == "sleep" else
+             f"cp /bin/sleep /tmp/{comm} && exec /tmp/{comm} 600 3</dev/nvidia0")
     proc = subprocess.Popen(
         [
             "nsenter",

@@ -284,6 +284,23 @@ def test_reinstall_rung_refuses_a_busy_host(damaged: Damaged, rocky_lab: RockyLa
     assert rt.locks(rocky_lab.target) == damaged.locks
 
 
+def test_reinstall_rung_does_not_count_dcgm_exporter_and_imex_as_gpu_work(
+    damaged: Damaged, rocky_lab: RockyLab
+) -> None:
+    """Issue 39 N6: dcgm-exporter and nvidia-imex hold /dev/nvidia0 (the driver role stops both
+    around a reload): the rung's busy check passes them (--check: nothing changes), where it
+    refused them as "still runs GPU processes"."""
+    procs = [tg.start_gpu_process(rocky_lab.target, c) for c in ("dcgm-exporter", "nvidia-imex")]
+    try:
+        res = _reinstall(rocky_lab, "reinstall-device-daemons", "--check")
+    finally:
+        for p in procs:
+            stop_pid(p)
+    assert "still runs GPU processes" not in res.flat, res.tail()
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert _installed(rocky_lab) == damaged.installed
+
+
 def test_reinstall_rung_check_mode_changes_nothing(damaged: Damaged, rocky_lab: RockyLab) -> None:
     """--check runs the role up to its dnf reinstall, which check mode skips: no package is
     reinstalled, the deleted file stays deleted, the locks stay."""
