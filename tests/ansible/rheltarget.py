@@ -9,13 +9,17 @@ tests/ansible/rpmgraph.py. Reached over SSH like the Debian targets (roletarget.
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from pathlib import Path
 
 import roletarget as tg
 import rpmgraph
 
-# What Debian 12 ships of the RHEL package stack (dnf 4.14, libdnf 0.69 with libmodulemd, rpm 4.18).
-INCLUDE = [*tg.INCLUDE, "dnf", "python3-dnf", "python3-libdnf", "dnf-plugins-core", "rpm"]
+# What Debian 12 ships of the RHEL package stack (dnf 4.14, libdnf 0.69 with libmodulemd, rpm 4.18),
+# and kmod (depmod, modinfo: what DKMS and the roles call; RHEL ships kmod too).
+INCLUDE = [*tg.INCLUDE, "dnf", "python3-dnf", "python3-libdnf", "dnf-plugins-core", "rpm",
+           "kmod"]
 
 # Rocky 9.6's /etc/os-release (https://rockylinux.org/ release notes; fields as Ansible's
 # distribution facts read them: ID, VERSION_ID, ID_LIKE).
@@ -67,13 +71,48 @@ def prepare(workdir: Path, addr: str, repos: rpmgraph.RpmRepos, key: Path) -> tg
     tg.run(["chroot", str(root), "rpm", "--initdb"])
     tg.run(["cp", str(key), str(root / "tmp/key.asc")])
     tg.run(["chroot", str(root), "rpm", "--import", "/tmp/key.asc"])
-    release = next(r for r in repos.rpms if r.name == "rocky-release")
-    pkg = f"{release.name}-{release.version}-{release.release}.{release.arch}.rpm"
-    local = root / "tmp" / pkg
-    tg.run(["cp", str(workdir / "mirror" / repos.dirs["baseos"] / "Packages" / pkg),
-            str(local)])
-    tg.run(["chroot", str(root), "rpm", "-i", "--nodeps", f"/tmp/{pkg}"])
+    # What every Rocky host has installed: its release package, and bash (/bin/sh, which the
+    # DKMS package's scriptlets require).
+    for name in ("rocky-release", "bash"):
+        release = next(r for r in repos.rpms if r.name == name)
+        pkg = f"{release.name}-{release.version}-{release.release}.{release.arch}.rpm"
+        local = root / "tmp" / pkg
+        tg.run(["cp", str(workdir / "mirror" / repos.dirs["baseos"] / "Packages" / pkg),
+                str(local)])
+        tg.run(["chroot", str(root), "rpm", "-i", "--nodeps", f"/tmp/{pkg}"])
     return tg.ssh_access(tg.Target(root=root, workdir=workdir, addr=addr))
+
+
+# The loaded module's line of /proc/driver/nvidia/version (the NVRM line format of the fleet
+# profiles, tests/fleet/profiles: a capture of a real host).
+NVRM = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build\\n"
+
+
+def boot(t: tg.Target, log: Path, gpu: bool = False) -> None:
+    """Power-cycle the target: its sshd (and with it its mount namespace: /dev, the loaded
+    driver's /proc/driver) stops, and a new boot starts a new one. gpu: this boot has an NVIDIA
+    GPU on its bus, so the kernel loads the nvidia module that is on disk for the running kernel
+    (the PCI modalias autoload at boot: an inference), found as modprobe finds it, through the
+    modules.dep DKMS's depmod wrote (modinfo -k); /proc/driver/nvidia/version then names its
+    version. No module on disk: no /proc/driver/nvidia, as on a host that lost its driver."""
+    t.stop()
+    r = shlex.quote(str(t.root))
+    load = (
+        f'v=$(chroot {r} modinfo -k "$(uname -r)" -F version nvidia 2>/dev/null || true); '
+        f'mount -t tmpfs -o mode=0555,size=1m gpufleet-driver {r}/proc/driver; '
+        f'if [ -n "$v" ]; then mkdir {r}/proc/driver/nvidia; '
+        f'printf {shlex.quote(NVRM)} "$v" >{r}/proc/driver/nvidia/version; fi; '
+    ) if gpu else ""
+    tg.start_sshd(t, log, boot=load)
+
+
+def loaded_driver(t: tg.Target) -> str:
+    """/proc/driver/nvidia/version as the target's current boot sees it ("" when absent)."""
+    assert t.sshd is not None
+    path = f"{t.root}/proc/driver/nvidia/version"
+    out = subprocess.run(["nsenter", "-t", str(t.sshd.pid), "-m", "--", "cat", path],
+                         capture_output=True, text=True, check=False)
+    return out.stdout
 
 
 def rpms(t: tg.Target) -> dict[str, str]:

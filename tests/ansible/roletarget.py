@@ -360,11 +360,12 @@ def stop_lab(t: Target | None, mirror: Mirror | None, gnupg: Path) -> None:
         subprocess.run(["gpgconf", "--homedir", str(gnupg), "--kill", "gpg-agent"], check=False)
 
 
-def start_sshd(t: Target, log: Path, binds: Sequence[tuple[str, str]] = ()) -> None:
+def start_sshd(t: Target, log: Path, binds: Sequence[tuple[str, str]] = (), boot: str = "") -> None:
     """sshd in its own mount namespace: the bind mounts vanish with it, also after a crash.
 
     binds: (path on this machine, path inside the target) pairs mounted there as well (a file or
-    a directory, e.g. a Docker engine's socket)."""
+    a directory, e.g. a Docker engine's socket). boot: sh text run in that namespace just before
+    sshd starts (what a boot does before the host is reachable, e.g. load kernel modules)."""
     r = str(t.root)
     extra = "".join(
         f"{'mkdir -p' if Path(src).is_dir() else 'touch'} {shlex.quote(r + dst)}; "
@@ -383,7 +384,7 @@ def start_sshd(t: Target, log: Path, binds: Sequence[tuple[str, str]] = ()) -> N
         f"ln -s /proc/self/fd {r}/dev/fd; ln -s pts/ptmx {r}/dev/ptmx; "
         f"ln -s /proc/self/fd/0 {r}/dev/stdin; ln -s /proc/self/fd/1 {r}/dev/stdout; "
         f"ln -s /proc/self/fd/2 {r}/dev/stderr; "
-        f"mount --bind /proc {r}/proc; mount --rbind /sys {r}/sys; {extra}"
+        f"mount --bind /proc {r}/proc; mount --rbind /sys {r}/sys; {extra}{boot}"
         f"exec chroot {r} /usr/sbin/sshd -D -e -f /etc/ssh/sshd_config_gpufleet"
     )
     # unshare without --fork execs sh, which execs chroot, which execs sshd: Popen's pid is sshd's.
@@ -432,12 +433,14 @@ def probe_driver_version(t: Target) -> str:
     raise RuntimeError(f"no nvidia-smi candidate in Debian non-free:\n{policy}")
 
 
-def start_gpu_process(t: Target) -> subprocess.Popen[bytes]:
+def start_gpu_process(t: Target, comm: str = "sleep") -> subprocess.Popen[bytes]:
     """A process inside the target holding a stand-in /dev/nvidia0 open, as a CUDA job holds the
-    real one (the target's /dev is private to its sshd's mount namespace)."""
+    real one (the target's /dev is private to its sshd's mount namespace). comm: its process
+    name (/proc/PID/comm), e.g. a device daemon's; sleep copied to that name."""
     assert t.sshd is not None
     r = str(t.root)
-    inner = "exec sleep 600 3</dev/nvidia0"
+    inner = ("exec sleep 600 3</dev/nvidia0" if comm == "sleep" else
+             f"cp /bin/sleep /tmp/{comm} && exec /tmp/{comm} 600 3</dev/nvidia0")
     proc = subprocess.Popen(
         [
             "nsenter",

@@ -18,7 +18,8 @@ import roletarget as tg
 import tomllib
 import yaml
 
-FACTS = ("name", "version", "arch", "requires", "provides", "obsoletes", "repo", "files")
+FACTS = ("name", "version", "arch", "requires", "provides", "obsoletes", "repo", "files",
+         "scripts")
 # Directory of each repository under the mirror root, shaped like the real URLs.
 REPO_DIRS = {
     "cuda": "cuda/rhel9/x86_64",
@@ -55,6 +56,8 @@ class Rpm:
     provides: tuple[str, ...] = ()
     obsoletes: tuple[str, ...] = ()
     files: tuple[tuple[str, str], ...] = ()
+    # scriptlets by section ("post", "preun"), run by the target's real rpm in its real order
+    scripts: tuple[tuple[str, str], ...] = ()
 
     @property
     def nevra(self) -> str:
@@ -105,6 +108,7 @@ def expand(graph: dict[str, Any], major: int = 9) -> list[Rpm]:
                     requires=tuple(fill(r) for r in spec.get("requires", [])),
                     provides=tuple(fill(p) for p in spec.get("provides", [])),
                     files=tuple((fill(k), fill(c)) for k, c in spec.get("files", {}).items()),
+                    scripts=tuple((k, fill(c)) for k, c in spec.get("scripts", {}).items()),
                 ))
     for spec in graph["other"]:
         version, release = spec["version"].split("-", 1)
@@ -148,10 +152,22 @@ def _spec(rpm: Rpm, base: str, major: int) -> str:
         if body == "@NVIDIA_CTK@":
             ctk = (Path(__file__).resolve().parent / "standin" / "nvidia-ctk").read_text()
             body = ctk.replace("@VERSION@", rpm.version)
+        elif body == "@DKMS@":
+            body = (Path(__file__).resolve().parent / "standin" / "dkms").read_text()
+        elif body == "@MODULE@":
+            # What DKMS builds from the source: an ELF object whose .modinfo names the version
+            # (modinfo reads only that section), made here with objcopy as the rpm is built.
+            info = f"version={rpm.version}\\0license=NVIDIA\\0name=nvidia\\0"
+            lines += [f"mkdir -p $(dirname {path})", f"printf '{info}' > {path}.modinfo",
+                      "objcopy -I binary -O elf64-x86-64 --rename-section .data=.modinfo "
+                      f"{path}.modinfo {path}", f"rm {path}.modinfo"]
+            continue
         lines += [f"mkdir -p $(dirname {path})", f"cat > {path} <<'GPUFLEET_EOF'",
                   body.rstrip("\n"), "GPUFLEET_EOF"]
-        if rel.startswith("usr/bin/"):
+        if rel.startswith(("usr/bin/", "usr/sbin/")):
             lines.append(f"chmod 0755 {path}")
+    for section, body in rpm.scripts:
+        lines += [f"%{section}", body.rstrip("\n")]
     lines.append("%files")
     lines += [f"/{rel}" for rel, _ in rpm.files]
     return "\n".join(lines) + "\n"
@@ -215,7 +231,9 @@ def build(root: Path, mirror: tg.Mirror, gnupg: Path, major: int = 9) -> RpmRepo
     for sub in ("SPECS", "RPMS", "BUILD", "BUILDROOT"):
         (top / sub).mkdir(parents=True, exist_ok=True)
     define = ["--define", f"_topdir {top}", "--define", "debug_package %{nil}",
-              "--define", "__os_install_post %{nil}", "--define", "_build_id_links none"]
+              "--define", "__os_install_post %{nil}", "--define", "_build_id_links none",
+              # the stand-in module (an ELF object) in the noarch DKMS package
+              "--define", "_binaries_in_noarch_packages_terminate_build 0"]
     built: list[tuple[Rpm, Path]] = []
     for rpm in rpms:
         spec = top / "SPECS" / f"{rpm.name}-{rpm.version}.spec"

@@ -284,6 +284,23 @@ def test_reinstall_rung_refuses_a_busy_host(damaged: Damaged, rocky_lab: RockyLa
     assert rt.locks(rocky_lab.target) == damaged.locks
 
 
+def test_reinstall_rung_does_not_count_dcgm_exporter_and_imex_as_gpu_work(
+    damaged: Damaged, rocky_lab: RockyLab
+) -> None:
+    """Issue 39 N6: dcgm-exporter and nvidia-imex hold /dev/nvidia0 (the driver role stops both
+    around a reload): the rung's busy check passes them (--check: nothing changes), where it
+    refused them as "still runs GPU processes"."""
+    procs = [tg.start_gpu_process(rocky_lab.target, c) for c in ("dcgm-exporter", "nvidia-imex")]
+    try:
+        res = _reinstall(rocky_lab, "reinstall-device-daemons", "--check")
+    finally:
+        for p in procs:
+            stop_pid(p)
+    assert "still runs GPU processes" not in res.flat, res.tail()
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert _installed(rocky_lab) == damaged.installed
+
+
 def test_reinstall_rung_check_mode_changes_nothing(damaged: Damaged, rocky_lab: RockyLab) -> None:
     """--check runs the role up to its dnf reinstall, which check mode skips: no package is
     reinstalled, the deleted file stays deleted, the locks stay."""
@@ -304,7 +321,10 @@ def test_reinstall_rung_restores_the_driver_and_fabric_manager(
     """Issue 26 on dnf: remediate_reinstall.yml reinstalls exactly the packages the role owns,
     the fabric manager among them, at 580.A (each one's INSTALLTIME moves, no other package's);
     nvidia-smi is back, rpm -V is clean (the play's own check names every one), the versionlock
-    entries are unchanged."""
+    entries are unchanged. Issue 39 N1: the DKMS package's scriptlets are NVIDIA's (%preun runs
+    `dkms remove --all`, after the new copy's %post on a reinstall); DKMS still has the module
+    installed for the running kernel, and a reboot of the target (a new boot with a GPU on its
+    bus) loads the driver's module at 580.A. With a plain `dnf reinstall` the new boot has none."""
     res = _reinstall(rocky_lab, "reinstall")
     assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
     assert damaged.path.exists(), res.tail()
@@ -321,6 +341,20 @@ def test_reinstall_rung_restores_the_driver_and_fabric_manager(
     assert have.get("nvidia-fabricmanager") == f"{A}-1.el9"
     assert rocky_lab.target.chroot("rpm", "-V", *OWNED).stdout == ""  # raises on a non-zero exit
     assert rt.locks(rocky_lab.target) == damaged.locks
+    # Issue 39 N1: the reinstall ran the old kmod package's %preun (dkms remove --all) after the
+    # new one's %post; the rung builds the module again, checks it, and the next boot loads it.
+    assert rpmgraph.sourced(GRAPH, "kmod-nvidia-open-dkms", "scripts")
+    kernel = os.uname().release
+    built = f"DKMS module nvidia-open/{A} installed for {kernel} (modinfo -k)"
+    assert built in res.flat, res.tail()
+    status = rocky_lab.target.chroot("dkms", "status").stdout
+    assert status == f"nvidia-open/{A}, {kernel}, x86_64: installed\n", status
+    try:
+        rt.boot(rocky_lab.target, rocky_lab.logdir / "sshd-boot-gpu.log", gpu=True)
+        loaded = rt.loaded_driver(rocky_lab.target)
+    finally:
+        rt.boot(rocky_lab.target, rocky_lab.logdir / "sshd-boot-again.log")
+    assert f"Kernel Module for x86_64  {A}  " in loaded, f"the next boot loaded: {loaded!r}"
 
 
 def _upgrade(rocky_lab: RockyLab, name: str, **extra: object) -> PlayResult:

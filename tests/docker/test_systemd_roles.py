@@ -107,6 +107,17 @@ def toolkit(sd: SystemdTarget, proxy: HttpProxy) -> PlayResult:
                    "nvidia_container_toolkit", extra_vars=extra)  # fmt: skip
 
 
+def toolkit_vars(sd: SystemdTarget) -> dict[str, object]:
+    return {
+        "container_runtime_engine": "docker",
+        "container_runtime_daemon_options": INNER,
+        "nvidia_container_toolkit_source": "mirror",
+        "nvidia_container_toolkit_mirror_url": sd.mirror.url,
+        "nvidia_container_toolkit_mirror_key_url": sd.mirror.key_url,
+        "nvidia_container_toolkit_version": "1.19.1",
+    }
+
+
 def spec_version(sd: SystemdTarget) -> str:
     proc = sd.ssh("cat", SPEC, check=False)
     if proc.returncode != 0:
@@ -141,6 +152,42 @@ def test_the_toolkit_fetches_its_key_and_packages_through_the_roles_proxy(
     assert f"GET {sd.mirror.key_url} HTTP/1.1" in seen, seen
     apt = [r for r in seen if r.startswith(f"GET {sd.mirror.url}") and sd.mirror.key_url not in r]
     assert apt, f"apt fetched nothing from {sd.mirror.url} through the proxy: {seen}"
+
+
+def test_the_toolkit_role_alone_restarts_a_dockerd_that_started_without_the_hook(
+    sd: SystemdTarget, toolkit: PlayResult
+) -> None:
+    """Issue 39 N3: the toolkit role on its own (no container_runtime in the play, as its README
+    offers) on a host whose dockerd started while nvidia-container-runtime-hook was absent: the
+    role restarts docker (a new MainPID), it does not abort on "The requested handler ... was not
+    found" (it did: the notify came before the role's first include of container_runtime)."""
+    assert toolkit.rc == 0, "toolkit converge failed"
+    hook = "/usr/bin/nvidia-container-runtime-hook"
+    sd.ssh(f"mv {hook} {hook}.away && systemctl restart docker && mv {hook}.away {hook}")
+    pid = show(sd, "docker", "MainPID")
+    res = sd.play(play_path("toolkit_alone.yml"), "toolkit-alone", extra_vars=toolkit_vars(sd))
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert show(sd, "docker", "MainPID") not in ("", "0", pid), "dockerd was not restarted"
+
+
+def test_a_replaced_hook_does_not_restart_a_dockerd_that_started_with_it(
+    sd: SystemdTarget, toolkit: PlayResult
+) -> None:
+    """Issue 39 N4: after the role restarted dockerd (the test above), the hook is replaced as a
+    package update replaces it (a new inode renamed over the old one, so a new ctime, as dpkg's
+    unpack does): the toolkit role leaves the same dockerd (MainPID) alone (with live-restore
+    off its restart would stop every container); moby needs the hook only to exist when dockerd
+    starts. (It restarted dockerd on every toolkit update: the hook's ctime was newer than
+    dockerd's start.) Runs after the test above, in file order, as every test of this file."""
+    assert toolkit.rc == 0, "toolkit converge failed"
+    hook = "/usr/bin/nvidia-container-runtime-hook"
+    pid = show(sd, "docker", "MainPID")
+    sd.ssh(f"cp -p {hook} {hook}.new && mv {hook}.new {hook}")
+    res = sd.play(play_path("toolkit_alone.yml"), "toolkit-updated", extra_vars=toolkit_vars(sd))
+    assert "RUNNING HANDLER [gpufleet.gpu.container_runtime : Restart docker" not in res.output, (
+        res.tail())
+    assert res.rc == 0 and res.host()["failed"] == 0, res.tail()
+    assert show(sd, "docker", "MainPID") == pid, "dockerd was restarted for a replaced hook"
 
 
 @pytest.fixture(scope="module")
