@@ -11,7 +11,7 @@ import stat
 import sys
 from pathlib import Path
 
-from conftest import REPO, run_playbook
+from conftest import REPO, PlayResult, run_playbook
 from paths import COLLECTION
 
 VERIFY = COLLECTION / "playbooks" / "verify.yml"
@@ -36,14 +36,19 @@ def _two_file_inventory(tmp_path: Path) -> Path:
     return inv
 
 
+def _verify_with_gpufleet(inv: Path, tmp_path: Path, name: str, *args: str) -> PlayResult:
+    """verify.yml over `inv` (and `args`) with this checkout's gpufleet, facts level."""
+    cli = Path(sys.executable).parent / "gpufleet"
+    return run_playbook(VERIFY, inv, tmp_path, name, *args,
+                        extra_vars={"gpufleet_cli": str(cli),
+                                    "gpufleet_check_args": ["--level", "facts",
+                                                            "--connect-timeout", "2"]},
+                        cwd=REPO)
+
+
 def test_a_directory_inventory_checks_the_hosts_of_every_file(tmp_path: Path) -> None:
     inv = _two_file_inventory(tmp_path)
-    cli = Path(sys.executable).parent / "gpufleet"
-    res = run_playbook(VERIFY, inv, tmp_path, "verify-dir",
-                       extra_vars={"gpufleet_cli": str(cli),
-                                   "gpufleet_check_args": ["--level", "facts",
-                                                           "--connect-timeout", "2"]},
-                       cwd=REPO)
+    res = _verify_with_gpufleet(inv, tmp_path, "verify-dir")
     assert res.rc != 0, res.tail()
     # Both hosts were checked (both unreachable), none is missing: before, only a.ini was
     # passed, new02 matched no host and gpufleet exited 2 naming none of them.
@@ -70,12 +75,7 @@ def test_a_play_host_missing_from_the_report_fails_the_play(tmp_path: Path) -> N
 
 def test_two_inventory_options_check_the_hosts_of_both(tmp_path: Path) -> None:
     inv = _two_file_inventory(tmp_path)
-    cli = Path(sys.executable).parent / "gpufleet"
-    res = run_playbook(VERIFY, inv / "a.ini", tmp_path, "verify-two-i", "-i", str(inv / "b.ini"),
-                       extra_vars={"gpufleet_cli": str(cli),
-                                   "gpufleet_check_args": ["--level", "facts",
-                                                           "--connect-timeout", "2"]},
-                       cwd=REPO)
+    res = _verify_with_gpufleet(inv / "a.ini", tmp_path, "verify-two-i", "-i", str(inv / "b.ini"))
     assert res.rc != 0, res.tail()
     assert "failing hosts: new01, new02;" in res.flat, res.tail()
     assert "missing from the report (never checked): none." in res.flat, res.tail()

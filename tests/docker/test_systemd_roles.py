@@ -93,16 +93,8 @@ def toolkit(sd: SystemdTarget, proxy: HttpProxy) -> PlayResult:
     sd.ssh(f"gpufleet-sim-driver install {OLD} && modprobe -a {' '.join(sorted(MODULES))} "
            "&& systemctl restart nvidia-dcgm")
     archives = sorted({urlsplit(u).hostname or "" for u in tg.host_debian_archives().values()})
-    extra = {
-        "container_runtime_engine": "docker",
-        "container_runtime_daemon_options": INNER,
-        "nvidia_container_toolkit_source": "mirror",
-        "nvidia_container_toolkit_mirror_url": sd.mirror.url,
-        "nvidia_container_toolkit_mirror_key_url": sd.mirror.key_url,
-        "nvidia_container_toolkit_version": "1.19.1",
-        "nvidia_container_toolkit_environment": {
-            "http_proxy": proxy.url, "no_proxy": ",".join(archives)},
-    }
+    extra = {**toolkit_vars(sd), "nvidia_container_toolkit_environment": {
+        "http_proxy": proxy.url, "no_proxy": ",".join(archives)}}
     return sd.play(COLLECTION / "playbooks/site.yml", "toolkit", "--tags",
                    "nvidia_container_toolkit", extra_vars=extra)  # fmt: skip
 
