@@ -48,3 +48,32 @@ def test_without_any_inventory_a_limit_still_asks_for_one(tmp_path: Path) -> Non
     r = _gpufleet(tmp_path)
     assert r.returncode == 2
     assert "needs an inventory (-i, ANSIBLE_INVENTORY or ansible.cfg's inventory)" in r.stderr
+
+
+_WITHOUT_ANSIBLE = """
+import sys
+sys.modules["ansible"] = None  # an agent-only node: ansible-core is not installed
+from gpufleet.inventory import InventoryError, default_sources
+try:
+    print(default_sources())
+except InventoryError as exc:
+    print("error:", exc)
+"""
+
+
+@pytest.mark.parametrize("env", [{}, {"ANSIBLE_INVENTORY": "hosts.ini"}])
+def test_without_ansible_core_no_inventory_is_this_machine_and_ansible_inventory_an_error(
+        tmp_path: Path, env: dict[str, str]) -> None:
+    """The lent H200 (agent and torch, no ansible-core) ran `gpufleet check` from the repository
+    root, where ansible.cfg is: it crashed importing ansible (2026-12-03, session 9)."""
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nforks = 5\n")
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("ANSIBLE_INVENTORY", "ANSIBLE_CONFIG")}
+    r = subprocess.run([sys.executable, "-c", _WITHOUT_ANSIBLE], capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path, env=clean | {"HOME": str(tmp_path)} | env)
+    assert r.returncode == 0, r.stderr
+    if env:
+        assert r.stdout.startswith("error: ANSIBLE_INVENTORY is set but ansible-core is not "
+                                   "installed"), r.stdout
+    else:
+        assert r.stdout.strip() == "[]", r.stdout

@@ -40,8 +40,22 @@ def default_sources() -> list[str]:
     """The inventory ansible-playbook uses without -i: ANSIBLE_INVENTORY, else ansible.cfg's
     `inventory` (ANSIBLE_CONFIG, ./ansible.cfg, ~/.ansible.cfg, /etc/ansible/ansible.cfg), read
     by ansible-core's own ConfigManager (DEFAULT_HOST_LIST). [] when neither sets it: Ansible's
-    built-in /etc/ansible/hosts is not used, so no inventory still means this machine."""
-    from ansible.config.manager import ConfigManager  # noqa: PLC0415
+    built-in /etc/ansible/hosts is not used, so no inventory still means this machine.
+    ansible-core is imported only when one of those is there (a node running `facts` or
+    `node-check` alone never pays for it, nor needs it): where it is not installed (an agent-only
+    node), ANSIBLE_INVENTORY is an error and an ansible.cfg names no inventory anyone uses."""
+    candidates = [os.environ.get("ANSIBLE_CONFIG") or "", "ansible.cfg", "~/.ansible.cfg",
+                  "/etc/ansible/ansible.cfg"]
+    if not os.environ.get("ANSIBLE_INVENTORY") and not any(
+            c and Path(c).expanduser().is_file() for c in candidates):
+        return []
+    try:
+        from ansible.config.manager import ConfigManager  # noqa: PLC0415
+    except ImportError as exc:
+        if os.environ.get("ANSIBLE_INVENTORY"):
+            raise InventoryError("ANSIBLE_INVENTORY is set but ansible-core is not installed: "
+                                 "install it (pip install ansible-core) or pass -i") from exc
+        return []
 
     # A fresh manager, not ansible.constants: it reads the environment and the working directory
     # of this call, not of the first import.
